@@ -1,0 +1,178 @@
+"""Artifacts: explicit parquet schemas, provenance metadata, atomic writes, and `aows inspect`."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import __version__
+
+META_KEY = b"aows"
+
+CHANNELS = pa.list_(pa.int32())
+
+# One schema per artifact kind; every column is declared, never inferred.
+SCHEMAS: dict[str, pa.Schema] = {
+    "configs": pa.schema(
+        [
+            ("config_id", pa.int64()),
+            ("channels", CHANNELS),
+            ("set", pa.string()),
+            ("sampler", pa.string()),
+        ]
+    ),
+    "latency": pa.schema(
+        [
+            ("job", pa.int64()),
+            ("config_id", pa.int64()),
+            ("channels", CHANNELS),
+            ("role", pa.string()),
+            ("set", pa.string()),
+            ("t_start_s", pa.float64()),
+            ("latency_ms", pa.float64()),
+            ("latency_ms_raw", pa.float64()),
+            ("drift_factor", pa.float64()),
+            ("median_ms", pa.float64()),
+            ("mean_ms", pa.float64()),
+            ("min_ms", pa.float64()),
+            ("p10_ms", pa.float64()),
+            ("p90_ms", pa.float64()),
+            ("std_ms", pa.float64()),
+            ("n_repeats", pa.int32()),
+        ]
+    ),
+    "lut": pa.schema(
+        [
+            ("in_h", pa.int32()),
+            ("in_w", pa.int32()),
+            ("stride", pa.int32()),
+            ("kernel", pa.int32()),
+            ("kind", pa.string()),
+            ("c_in", pa.int32()),
+            ("c_out", pa.int32()),
+            ("latency_ms", pa.float64()),
+            ("n_obs", pa.int64()),
+        ]
+    ),
+    "lut_fit": pa.schema(
+        [
+            ("lam", pa.float64()),
+            ("train_rmse_ms", pa.float64()),
+            ("train_nrmse", pa.float64()),
+            ("val_rmse_ms", pa.float64()),
+            ("val_nrmse", pa.float64()),
+            ("val_mape", pa.float64()),
+            ("n_violated", pa.int64()),
+            ("solve_s", pa.float64()),
+            ("iterations", pa.int64()),
+            ("status", pa.string()),
+            ("chosen", pa.bool_()),
+        ]
+    ),
+    "lut_validation": pa.schema(
+        [
+            ("model", pa.string()),
+            ("n", pa.int64()),
+            ("rmse_ms", pa.float64()),
+            ("nrmse", pa.float64()),
+            ("mape", pa.float64()),
+            ("within_5pct", pa.float64()),
+            ("within_10pct", pa.float64()),
+            ("kendall_tau", pa.float64()),
+        ]
+    ),
+    "lut_predictions": pa.schema(
+        [
+            ("config_id", pa.int64()),
+            ("channels", CHANNELS),
+            ("measured_ms", pa.float64()),
+            ("predicted_ms", pa.float64()),
+            ("flops_baseline_ms", pa.float64()),
+        ]
+    ),
+}
+
+
+class ArtifactError(ValueError):
+    """An artifact that is missing, corrupt, of the wrong kind, or from another space or device."""
+
+
+def provenance(**extra: Any) -> dict[str, Any]:
+    """Metadata every artifact carries: aows's version, Python, host platform, plus `extra`."""
+    return {"aows_version": __version__, "python": platform.python_version(), "platform": platform.platform(), **extra}
+
+
+def write_table(table: pa.Table, path: str | os.PathLike, kind: str, meta: Mapping[str, Any]) -> None:
+    """Write `table` (cast to the `kind` schema) with JSON metadata; atomic: temp file then rename."""
+    schema = SCHEMAS[kind]
+    table = table.select(schema.names).cast(schema)
+    full_meta = {"kind": kind, **meta}
+    table = table.replace_schema_metadata({META_KEY: json.dumps(full_meta, sort_keys=True, default=str).encode()})
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_records(records: Mapping[str, list] | list[dict], path: str | os.PathLike, kind: str, meta: Mapping[str, Any]) -> None:
+    """Write python records (dict of columns or list of rows) under the `kind` schema."""
+    schema = SCHEMAS[kind]
+    if isinstance(records, list):
+        table = pa.Table.from_pylist(records, schema=schema)
+    else:
+        table = pa.Table.from_pydict(dict(records), schema=schema)
+    write_table(table, path, kind, meta)
+
+
+def read_table(path: str | os.PathLike, kind: str | None = None) -> tuple[pa.Table, dict[str, Any]]:
+    """Read an artifact and its metadata; a clear error if missing, corrupt or of another kind."""
+    path = Path(path)
+    if not path.exists():
+        raise ArtifactError(f"{path}: no such file; run the stage that produces it first")
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # pyarrow raises several types for a damaged file
+        raise ArtifactError(f"{path}: not a readable parquet file ({e}); delete it and rerun the stage that produced it") from e
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    meta = json.loads(raw) if raw else {}
+    if kind is not None:
+        if meta.get("kind") != kind:
+            raise ArtifactError(f"{path}: expected a {kind!r} artifact, found {meta.get('kind')!r}")
+        expected = SCHEMAS[kind]
+        missing = [n for n in expected.names if n not in table.schema.names]
+        if missing:
+            raise ArtifactError(f"{path}: {kind} artifact lacks columns {missing}; it is from another aows version or corrupt")
+    return table, meta
+
+
+def inspect(path: str | os.PathLike, rows: int = 5) -> str:
+    """Human-readable schema, provenance metadata and first rows of any artifact."""
+    table, meta = read_table(path)
+    import pandas as pd
+
+    with pd.option_context("display.width", 160, "display.max_columns", 30, "display.max_colwidth", 60):
+        head = table.slice(0, rows).to_pandas().to_string()
+    return "\n".join(
+        [
+            f"# {path}: {meta.get('kind', 'unknown kind')}, {table.num_rows} rows",
+            "## schema",
+            str(table.schema.remove_metadata()),
+            "## metadata",
+            json.dumps(meta, indent=2, sort_keys=True, default=str),
+            f"## first {min(rows, table.num_rows)} rows",
+            head,
+        ]
+    )

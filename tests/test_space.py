@@ -1,0 +1,81 @@
+"""Search space: the paper's ImageNet table, shared latency variables, configuration checks."""
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from aows_core.space import PRESETS, get_space, mobilenet_v1_space, width_choices
+
+PAPER_TABLE = {
+    1: [8, 16, 24, 32, 40, 48],
+    2: list(range(16, 97, 8)),
+    3: [24, 40, 48, 64, 80, 88, 104, 112, 128, 144, 152, 168, 176, 192],
+    5: [48, 80, 104, 128, 152, 176, 208, 232, 256, 280, 304, 336, 360, 384],
+    7: [104, 152, 208, 256, 304, 360, 408, 464, 512, 560, 616, 664, 720, 768],
+    13: [208, 304, 408, 512, 616, 720, 816, 920, 1024, 1128, 1232, 1328, 1432, 1536],
+}
+SAME_AS = {4: 3, 6: 5, 8: 7, 9: 7, 10: 7, 11: 7, 12: 7, 14: 13}
+
+
+def test_imagenet_preset_is_the_papers_table():
+    s = get_space("mobilenet_v1_imagenet")
+    table = {**PAPER_TABLE, **{i: PAPER_TABLE[j] for i, j in SAME_AS.items()}}
+    assert [list(c) for c in s.layer_choices] == [table[i] for i in range(1, 15)]
+    assert s.in_channels == 3 and s.num_classes == 1000 and s.resolution == (224, 224)
+    assert s.n_slots == 2396 and s.n_variables == 1612
+    assert s.n_nodes == 16 and s.n_edges == 15
+    # layers 8-12 (edges 7..11) share one table; nothing else is shared
+    shared = [i for i, t in enumerate(s.thetas) if sum(t == u for u in s.thetas) > 1]
+    assert shared == [7, 8, 9, 10, 11]
+    assert all((s.edge_tables[i] == s.edge_tables[7]).all() for i in shared)
+
+
+def test_width_rounding_rule():
+    assert width_choices(32, np.linspace(0.2, 1.5, 14)) == tuple(PAPER_TABLE[1])
+    assert width_choices(16, [0.2]) == (8,)  # at least 8
+
+
+def test_variable_keys_and_ids_are_consistent():
+    s = get_space("mobilenet_v1_fmnist")
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        ch = [int(rng.choice(c)) for c in s.layer_choices]
+        idx = s.indices(ch)
+        full = s.full(ch)
+        for e, v in enumerate(s.variable_ids(idx)):
+            theta, ci, co = s.variables[v]
+            assert theta == s.thetas[e] and (ci, co) == (full[e], full[e + 1])
+        assert s.channels_of(idx) == ch
+
+
+def test_configuration_outside_the_space_names_layer_and_widths():
+    s = get_space("mobilenet_v1_fmnist")
+    bad = s.max_config
+    bad[3] = 100
+    with pytest.raises(ValueError, match=r"layer 3 .*allowed widths: \[24, 48"):
+        s.indices(bad)
+    with pytest.raises(ValueError, match="14 searchable layers"):
+        s.indices([8, 16])
+
+
+def test_unknown_preset_lists_valid_names():
+    with pytest.raises(ValueError, match="mobilenet_v1_imagenet"):
+        get_space("resnet")
+
+
+def test_space_hash_tracks_definition_not_name():
+    a = mobilenet_v1_space("a", resolution=32, n_choices=4)
+    b = mobilenet_v1_space("b", resolution=32, n_choices=4)
+    c = mobilenet_v1_space("c", resolution=32, n_choices=5)
+    assert a.hash == b.hash != c.hash
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_space_cli_json(preset):
+    out = subprocess.run(["aows", "space", "--preset", preset, "--json"], capture_output=True, text=True, check=True)
+    d = json.loads(out.stdout)
+    s = get_space(preset)
+    assert d["n_variables"] == s.n_variables and d["n_slots"] == s.n_slots and d["size"] == s.size
+    assert len(d["edges"]) == s.n_edges and d["layer_choices"] == [list(c) for c in s.layer_choices]
