@@ -26,6 +26,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "profile": ("seed", "space", "profiling"),
     "fit_lut": ("space", "lut"),
     "validate_lut": ("space",),
+    "decode": ("space", "decode"),
 }
 
 
@@ -106,6 +107,11 @@ def settings_hash(settings: Mapping) -> str:
     """Hash of a stage's settings and aows's version: Snakemake reruns a stage when it changes."""
     blob = json.dumps({"settings": settings, "aows": __version__}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def device_targets(config: Mapping, device: str) -> list[str]:
+    """The target strings configured for a device (its own list, else the common one)."""
+    return list(config["decode"]["device_targets"].get(device, config["decode"]["targets"]))
 
 
 def space_from_config(config: Mapping):

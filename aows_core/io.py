@@ -88,6 +88,33 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("kendall_tau", pa.float64()),
         ]
     ),
+    "unaries": pa.schema(
+        [
+            ("layer", pa.int16()),
+            ("width", pa.int32()),
+            ("delta", pa.float64()),
+            ("count", pa.int64()),
+            ("epoch", pa.int32()),
+        ]
+    ),
+    "decisions": pa.schema(
+        [
+            ("method", pa.string()),
+            ("device", pa.string()),
+            ("target", pa.string()),
+            ("target_ms", pa.float64()),
+            ("unit", pa.string()),
+            ("channels", CHANNELS),
+            ("predicted_latency_ms", pa.float64()),
+            ("objective", pa.float64()),
+            ("gamma", pa.float64()),
+            ("dual_bound", pa.float64()),
+            ("gap", pa.float64()),
+            ("exact", pa.bool_()),
+            ("unvisited_policy", pa.string()),
+            ("epoch", pa.int32()),
+        ]
+    ),
     "lut_predictions": pa.schema(
         [
             ("config_id", pa.int64()),

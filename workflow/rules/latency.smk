@@ -14,13 +14,15 @@ Outputs: results/latency/configs.parquet            configurations to time (trai
 rule sample_configs:
     output:
         "results/latency/configs.parquet",
-    params:
-        cfg=settings("sample"),
-        stamp=stamp("sample"),
     log:
         "results/logs/sample_configs.log",
     benchmark:
         "results/benchmarks/sample_configs.tsv"
+    conda:
+        "../../envs/aows.yaml"
+    params:
+        cfg=settings("sample"),
+        stamp=stamp("sample"),
     shell:
         "aows sample --config-json {params.cfg:q} --out {output:q} > {log:q} 2>&1"
 
@@ -31,17 +33,19 @@ rule profile:
         "results/latency/configs.parquet",
     output:
         "results/latency/{device}.parquet",
-    params:
-        cfg=settings("profile"),
-        stamp=stamp("profile"),
-    threads: workflow.cores
-    resources:
-        mem_mb=4000,
-        runtime=60,
     log:
         "results/logs/profile_{device}.log",
     benchmark:
         "results/benchmarks/profile_{device}.tsv"
+    conda:
+        "../../envs/aows.yaml"
+    threads: workflow.cores
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    params:
+        cfg=settings("profile"),
+        stamp=stamp("profile"),
     shell:
         "aows profile --config-json {params.cfg:q} --device {wildcards.device} "
         "--configs {input:q} --out {output:q} --resume-dir results/.resume > {log:q} 2>&1"
@@ -53,17 +57,19 @@ rule fit_lut:
     output:
         lut="results/lut/{device}/lut.parquet",
         report="results/lut/{device}/fit.parquet",
-    params:
-        cfg=settings("fit_lut"),
-        stamp=stamp("fit_lut"),
-    threads: 1
-    resources:
-        mem_mb=4000,
-        runtime=20,
     log:
         "results/logs/fit_lut_{device}.log",
     benchmark:
         "results/benchmarks/fit_lut_{device}.tsv"
+    conda:
+        "../../envs/aows.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    params:
+        cfg=settings("fit_lut"),
+        stamp=stamp("fit_lut"),
     shell:
         "aows fit-lut --config-json {params.cfg:q} --device {wildcards.device} --latency {input:q} "
         "--out {output.lut:q} --report {output.report:q} > {log:q} 2>&1"
@@ -81,14 +87,16 @@ rule validate_lut:
             caption="../report/lut_validation.rst",
             category="Latency model",
         ),
-    params:
-        cfg=settings("validate_lut"),
-        stamp=stamp("validate_lut"),
-    threads: 1
     log:
         "results/logs/validate_lut_{device}.log",
     benchmark:
         "results/benchmarks/validate_lut_{device}.tsv"
+    conda:
+        "../../envs/aows.yaml"
+    threads: 1
+    params:
+        cfg=settings("validate_lut"),
+        stamp=stamp("validate_lut"),
     shell:
         "aows validate-lut --config-json {params.cfg:q} --device {wildcards.device} "
         "--latency {input.latency:q} --lut {input.lut:q} --out {output.metrics:q} "

@@ -1,0 +1,172 @@
+"""`aows <stage>`: one thin subcommand per stage; parses, calls a library function, exits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable
+
+from . import __version__
+
+
+def _config(args) -> dict:
+    from .config import load
+
+    return load(args.config, args.config_json)
+
+
+def _add_config(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--config", help="config YAML (validated by the schema; defaults fill the rest)")
+    g.add_argument("--config-json", help="config as inline JSON (what the Snakemake rules pass)")
+
+
+def cmd_space(args) -> None:
+    from .config import space_from_config
+    from .space import get_space
+
+    space = get_space(args.preset) if args.preset else space_from_config(_config(args))
+    d = space.describe()
+    if args.json:
+        print(json.dumps(d, indent=2))
+    else:
+        print(f"{d['name']} (hash {d['hash']}): {d['n_layers']} searchable layers, {d['resolution']} input, "
+              f"{d['n_variables']} latency variables for {d['n_slots']} slots, {d['size']:.3e} configurations")
+        for layer, ch in enumerate(d["layer_choices"]):
+            print(f"  layer {layer:2d}: {ch}")
+
+
+def cmd_sample(args) -> None:
+    from .stages import sample
+
+    counts = sample(_config(args), args.out)
+    print(f"wrote {args.out}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+
+
+def cmd_profile(args) -> None:
+    from .config import space_from_config, stage_settings
+    from .profiling import profile
+
+    cfg = _config(args)
+    spec = stage_settings(cfg, "profile", args.device)["devices"][args.device]
+    res = profile(
+        space_from_config(cfg), args.device, spec, args.configs, args.out, args.resume_dir, cfg["profiling"], cfg["seed"],
+        progress=not args.quiet, stop_after=args.stop_after,
+    )
+    if res["complete"]:
+        print(f"wrote {args.out}: {res['done']} timings; σ_n = {100 * res['sigma_n']:.2f} % over {res['retest_pairs']} retest pairs")
+    else:
+        print(f"stopped after {res['done']}/{res['total']} jobs; rerun the same command to resume")
+
+
+def cmd_fit_lut(args) -> None:
+    from .stages import fit_lut
+
+    r = fit_lut(_config(args), args.device, args.latency, args.out, args.report)
+    print(f"wrote {args.out}: λ = {r['lambda']:.3g}, lambda_val RMSE {r['val_rmse_ms']:.4g} ({100 * r['val_nrmse']:.2f} %)")
+
+
+def cmd_validate_lut(args) -> None:
+    from .stages import validate_lut
+
+    r = validate_lut(_config(args), args.device, args.latency, args.lut, args.out, args.predictions, args.plot)
+    m, f = r["lut"], r["flops_proportional"]
+    print(
+        f"test: NRMSE {100 * m['nrmse']:.2f} % (FLOPs-proportional {100 * f['nrmse']:.2f} %), "
+        f"{100 * m['within_10pct']:.1f} % within ±10 %, Kendall τ {m['kendall_tau']:.3f}; "
+        f"noise floor σ_n {100 * (r['sigma_n'] or 0):.2f} %, retest pairs within ±10 %: {100 * (r['retest_within_10pct'] or 0):.1f} %"
+    )
+
+
+def cmd_decode(args) -> None:
+    from .stages import decode
+
+    rows = decode(_config(args), args.device, args.method, args.unaries, args.lut, args.target, args.out, args.epoch)
+    for r in rows:
+        print(f"{r['method']} @ {r['target']} ({r['target_ms']:.4g} {r['unit']}): {r['channels']} predicted "
+              f"{r['predicted_latency_ms']:.4g}, Σδ {r['objective']:.4g}, γ {r['gamma']:.3g}, gap {r['gap']:.3g}"
+              f"{' (exact)' if r['exact'] else ''}")
+
+
+def cmd_inspect(args) -> None:
+    from .io import inspect
+
+    print(inspect(args.file, rows=args.rows))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="aows", description="Hardware-aware network width search (AOWS).")
+    ap.add_argument("--version", action="version", version=f"aows {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("space", help="print a search space")
+    p.add_argument("--preset", help="preset name (default: the config's space)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_config(p)
+    p.set_defaults(func=cmd_space)
+
+    p = sub.add_parser("sample", help="sample the configurations to profile (§4, supplementary A)")
+    _add_config(p)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("profile", help="time whole networks on a device (§4)")
+    _add_config(p)
+    p.add_argument("--device", required=True, help="a device name from the config's `devices`")
+    p.add_argument("--configs", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--resume-dir", default="results/.resume", help="where the resume journal lives (not an output)")
+    p.add_argument("--stop-after", type=int, default=None, help="stop after this many jobs (resume later)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("fit-lut", help="fit the latency table (§4)")
+    _add_config(p)
+    p.add_argument("--device", required=True)
+    p.add_argument("--latency", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--report", required=True)
+    p.set_defaults(func=cmd_fit_lut)
+
+    p = sub.add_parser("validate-lut", help="validate the latency table on held-out networks (§7)")
+    _add_config(p)
+    p.add_argument("--device", required=True)
+    p.add_argument("--latency", required=True)
+    p.add_argument("--lut", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--predictions", required=True)
+    p.add_argument("--plot", required=True)
+    p.set_defaults(func=cmd_validate_lut)
+
+    p = sub.add_parser("decode", help="optimal widths under latency targets (§5 eq. lagrange / viterbi)")
+    _add_config(p)
+    p.add_argument("--device", required=True)
+    p.add_argument("--method", required=True, help="label written in the decisions (e.g. ows, aows)")
+    p.add_argument("--unaries", required=True)
+    p.add_argument("--lut", required=True)
+    p.add_argument("--target", action="append", required=True, help="'4.5ms', '325mflops' or 'range:0.3'; repeatable")
+    p.add_argument("--epoch", type=int, default=None, help="which epoch's unaries (default: the last)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_decode)
+
+    p = sub.add_parser("inspect", help="print an artifact's schema, provenance and first rows")
+    p.add_argument("file")
+    p.add_argument("--rows", type=int, default=5)
+    p.set_defaults(func=cmd_inspect)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func: Callable = args.func
+    try:
+        func(args)
+    except (ValueError, RuntimeError, FileNotFoundError) as e:
+        print(f"aows {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The device interface: what a backend measures (§4 profiles whole networks on the target) and how it is identified.
+
+A device times (or counts) the network of a configuration and returns every per-repeat value, the
+wall time spent inside the timed forward passes and the overhead around them (construction,
+export, session creation, warm-up). Its `fingerprint` records everything that makes two timings
+comparable (backend, batch, threads, CPU/GPU model, library versions), so a latency table is never
+mixed with timings of another machine or setting. Heavy imports (torch, onnxruntime) happen inside
+the backends, so `aows_core.devices` itself imports only numpy.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from ..space import SearchSpace
+
+MAX_REPEAT_FACTOR = 20
+
+# Every device setting the config schema knows, with its default (backends ignore the others').
+SPEC_DEFAULTS: dict[str, Any] = {
+    "batch_size": 1,
+    "threads": 1,
+    "inter_op_threads": 1,
+    "channels_last": False,
+    "graph_optimization": "all",
+    "cuda_device": "cuda:0",
+    "noise": 0.02,
+    "drift": 0.15,
+    "nonadditive": 0.02,
+}
+
+
+@dataclass
+class Measurement:
+    """Per-repeat values (in the device's unit), seconds inside timed passes, seconds of overhead."""
+
+    samples: np.ndarray
+    timed_s: float
+    overhead_s: float
+
+    def __post_init__(self) -> None:
+        self.samples = np.asarray(self.samples, dtype=np.float64).reshape(-1)
+
+
+class Device:
+    """A latency (or cost) oracle for the networks of one search space."""
+
+    name: ClassVar[str] = "base"
+    unit: ClassVar[str] = "ms"
+    analytic: ClassVar[bool] = False
+    # Spec keys this backend reads; they (and only they) enter its fingerprint.
+    keys: ClassVar[tuple[str, ...]] = ("batch_size",)
+
+    def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
+        self.spec = normalise_spec(spec)
+        self.space = space
+        self.seed = int(seed)
+        self.batch_size = int(self.spec["batch_size"])
+        if self.batch_size < 1:
+            raise ValueError(f"device {self.name!r}: batch_size must be ≥ 1, got {self.batch_size}")
+
+    @classmethod
+    def is_available(cls) -> bool:
+        """Whether this backend can run on this machine."""
+        return True
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        """(B, C, H, W) of the timed input batch."""
+        h, w = self.space.resolution
+        return (self.batch_size, self.space.in_channels, h, w)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything that makes two timings comparable (equal fingerprints ⇒ same target)."""
+        return {"backend": self.name, "unit": self.unit, **{k: self.spec[k] for k in self.keys}}
+
+    def measure(
+        self, channels: Sequence[int], repeats: int, warmup: int = 0, job: int = 0, min_time_s: float = 0.0
+    ) -> Measurement:
+        """Time the network of `channels`: `warmup` untimed, then ≥ `repeats` timed passes lasting ≥ `min_time_s`."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the device holds (sessions, pools)."""
+
+
+def normalise_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec with every default filled; an unknown key is an error naming the known ones."""
+    spec = dict(spec)
+    spec.pop("backend", None)
+    unknown = sorted(set(spec) - set(SPEC_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown device setting(s) {unknown}; known settings: {sorted(SPEC_DEFAULTS)}")
+    return {**SPEC_DEFAULTS, **spec}
+
+
+def check_counts(repeats: int, warmup: int) -> tuple[int, int]:
+    """Validated (repeats ≥ 1, warmup ≥ 0)."""
+    repeats, warmup = int(repeats), int(warmup)
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats ≥ 1 and warmup ≥ 0, got repeats={repeats}, warmup={warmup}")
+    return repeats, warmup
+
+
+def timed_loop(call: Callable[[], Any], repeats: int, warmup: int, min_time_s: float) -> np.ndarray:
+    """Per-repeat ns of `call`: `warmup` untimed calls, then `repeats` timed ones, extended (up to
+    MAX_REPEAT_FACTOR × repeats) until the timed passes add up to `min_time_s`, so that fast networks
+    are not dominated by their construction overhead."""
+    clock = time.perf_counter_ns
+    for _ in range(warmup):
+        call()
+    cap = repeats * MAX_REPEAT_FACTOR if min_time_s > 0 else repeats
+    out = np.empty(cap, dtype=np.float64)
+    need = min_time_s * 1e9
+    total = 0.0
+    r = 0
+    while r < cap and (r < repeats or total < need):
+        a = clock()
+        call()
+        out[r] = clock() - a
+        total += out[r]
+        r += 1
+    return out[:r]
+
+
+def cpu_model() -> str:
+    """The CPU model name (/proc/cpuinfo, else platform.processor())."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def host_fingerprint() -> dict[str, Any]:
+    """Machine facts shared by the real backends: CPU model, cores, architecture, OS (not the host name or affinity)."""
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "system": platform.system(),
+    }

@@ -1,0 +1,75 @@
+"""`flops`: analytic multiply-accumulates, the FLOPs target of §7.2.
+
+FLOPs decompose exactly over pairs of successive widths, so they are the special case of the
+latency model (eq. lat, §4) whose table is known in closed form (§7.2: "written analytically as a
+special case of our latency model"). Per image, with (H_out, W_out) the layer's output size:
+
+- conv k×k:      c_in · c_out · k² · H_out · W_out
+- dwsep:         c_in · k² · H_out · W_out  (depthwise)  +  c_in · c_out · H_out · W_out  (pointwise)
+- linear:        c_in · c_out  (the classifier; pooling is not counted)
+
+BN, ReLU, pooling and biases are ignored. The device reports batch_size × MACs / 10⁶ (MMAC), one
+exact sample per network. Imports numpy only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..space import SearchSpace, Theta
+from .base import Device, Measurement, check_counts
+
+
+def theta_macs(t: Theta, c_in: int, c_out: int) -> int:
+    """MACs per image of a layer with descriptor Θ mapping c_in → c_out."""
+    ho, wo = t.out_hw()
+    k2 = t.kernel * t.kernel
+    if t.kind == "conv":
+        return c_in * c_out * k2 * ho * wo
+    if t.kind == "dwsep":
+        return c_in * k2 * ho * wo + c_in * c_out * ho * wo
+    if t.kind == "linear":
+        return c_in * c_out
+    raise ValueError(f"unknown layer kind {t.kind!r}")
+
+
+def edge_macs(space: SearchSpace, c_in: int, c_out: int, edge: int) -> int:
+    """MACs per image of edge `edge` for widths c_in → c_out."""
+    return theta_macs(space.thetas[edge], int(c_in), int(c_out))
+
+
+def network_macs(space: SearchSpace, channels: Sequence[int]) -> int:
+    """MACs per image of the network of a configuration (the sum of its edges' MACs)."""
+    space.indices(channels)
+    full = space.full(channels)
+    return sum(edge_macs(space, full[i], full[i + 1], i) for i in range(space.n_edges))
+
+
+def variable_macs(space: SearchSpace) -> np.ndarray:
+    """MACs per image of every latency variable, aligned with `space.variables` (the exact FLOPs table)."""
+    return np.array([theta_macs(t, ci, co) for t, ci, co in space.variables], dtype=np.int64)
+
+
+class Flops(Device):
+    """Analytic MMAC of the whole network at the configured batch size (exact: one sample, no drift)."""
+
+    name = "flops"
+    unit = "MMAC"
+    analytic = True
+    keys = ("batch_size",)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Only the counting convention matters (no machine)."""
+        return {**super().fingerprint(), "convention": "MAC; conv, depthwise, pointwise, linear; no BN/ReLU/pool/bias"}
+
+    def measure(
+        self, channels: Sequence[int], repeats: int = 1, warmup: int = 0, job: int = 0, min_time_s: float = 0.0
+    ) -> Measurement:
+        """One exact sample: batch_size × MACs / 1e6."""
+        check_counts(repeats, warmup)
+        t0 = time.perf_counter()
+        value = self.batch_size * network_macs(self.space, channels) / 1e6
+        return Measurement(np.array([value]), 0.0, time.perf_counter() - t0)

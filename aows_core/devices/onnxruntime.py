@@ -1,0 +1,306 @@
+"""`onnxruntime`: ONNX Runtime's CPU execution provider, a deployment runtime target (§4 is framework-agnostic).
+
+Graphs are written directly with `onnx.helper` (Conv with bias, Relu, depthwise Conv with
+group = c, GlobalAveragePool, Flatten, Gemm): no tracing, no torch. `onnx_from_weights` builds the
+graph of a network from a folded state dict (`models.folded_state`), so ONNX and torch compute the
+same function and the export stage reuses it. Names follow the torch module paths.
+
+For timing (`OnnxRuntime`), thousands of graphs must be cheap (§4 profiles whole networks): the
+nodes and initialiser headers of every edge (i, c_i, c_{i+1}) are serialised once and cached, and
+weights are *external* initialisers — views of one pool of small normal values handed to ONNX
+Runtime as OrtValues (`SessionOptions.add_external_initializers`), so no weight bytes are copied
+or serialised per network. The session runs with a fixed input shape, intra-op threads = `threads`,
+inter-op threads = `inter_op_threads`, sequential execution, the configured graph optimisation
+level and denormals flushed; inputs and outputs are bound once (IOBinding), and one sample is
+`time.perf_counter_ns` around one `run_with_iobinding`.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..space import SearchSpace
+from .base import Device, Measurement, check_counts, host_fingerprint, timed_loop, usable_cores
+
+OPSET = 17
+IR_VERSION = 8  # readable by every ONNX Runtime since 1.10
+INPUT, OUTPUT = "input", "logits"
+TIMING_WEIGHT_STD = 0.05  # as models.TIMING_WEIGHT_STD
+_ALIGN = 16  # floats between consecutive pool views (64-byte alignment)
+GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
+TIMING_FORM = "mobilenet_v1-deploy(bn-folded)/onnx-opset17/external-initializers/iobinding/v1"
+
+
+def _check_space(space: SearchSpace) -> None:
+    """The classifier must be the last edge and only there (as in models.check_space)."""
+    for i, t in enumerate(space.thetas):
+        if (t.kind == "linear") != (i == space.n_edges - 1):
+            raise ValueError(f"space {space.name!r}: edge {i} is {t.kind!r}; the classifier ('linear') must be the last edge only")
+
+
+def edge_output(space: SearchSpace, i: int) -> str:
+    """Name of the tensor edge i produces (its last ReLU's module path; `logits` for the classifier)."""
+    t = space.thetas[i]
+    if t.kind == "linear":
+        return OUTPUT
+    return f"features.{i}.{1 if t.kind == 'conv' else 3}"
+
+
+def edge_graph(space: SearchSpace, i: int, c_in: int, c_out: int) -> tuple[list, list[tuple[str, tuple[int, ...]]]]:
+    """ONNX nodes of edge i for c_in → c_out and its parameters [(name, shape)] in deployment form."""
+    from onnx import helper
+
+    t = space.thetas[i]
+    x = INPUT if i == 0 else edge_output(space, i - 1)
+    nodes: list = []
+    params: list[tuple[str, tuple[int, ...]]] = []
+
+    def conv(x: str, j: int, ci: int, co: int, k: int, s: int, g: int) -> str:
+        w, b = f"features.{i}.{j}.weight", f"features.{i}.{j}.bias"
+        params.extend([(w, (co, ci // g, k, k)), (b, (co,))])
+        y, z = f"features.{i}.{j}", f"features.{i}.{j + 1}"
+        nodes.append(
+            helper.make_node(
+                "Conv", [x, w, b], [y], name=y, kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4, group=g, dilations=[1, 1]
+            )
+        )
+        nodes.append(helper.make_node("Relu", [y], [z], name=z))
+        return z
+
+    if t.kind == "conv":
+        conv(x, 0, c_in, c_out, t.kernel, t.stride, 1)
+    elif t.kind == "dwsep":
+        h = conv(x, 0, c_in, c_in, t.kernel, t.stride, c_in)
+        conv(h, 2, c_in, c_out, 1, 1, 1)
+    elif t.kind == "linear":
+        params.extend([("classifier.weight", (c_out, c_in)), ("classifier.bias", (c_out,))])
+        nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool"], name="pool"))
+        nodes.append(helper.make_node("Flatten", ["pool"], ["flatten"], name="flatten", axis=1))
+        nodes.append(helper.make_node("Gemm", ["flatten", "classifier.weight", "classifier.bias"], [OUTPUT], name="classifier", transB=1))
+    else:
+        raise ValueError(f"unknown edge kind {t.kind!r}")
+    return nodes, params
+
+
+def param_shapes(space: SearchSpace, channels: Sequence[int]) -> list[tuple[str, tuple[int, ...]]]:
+    """[(name, shape)] of every deployment-form parameter of a configuration, in graph order."""
+    _check_space(space)
+    space.indices(channels)
+    full = space.full(channels)
+    return [p for i in range(space.n_edges) for p in edge_graph(space, i, full[i], full[i + 1])[1]]
+
+
+def _io(space: SearchSpace, batch: int | str | None):
+    """Input and output value infos (batch may be symbolic)."""
+    from onnx import TensorProto, helper
+
+    b = "batch" if batch is None else batch
+    h, w = space.resolution
+    return (
+        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [b, space.in_channels, h, w])],
+        [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, [b, space.num_classes])],
+    )
+
+
+def _model(graph):
+    """A ModelProto around `graph` at the module's opset and IR version."""
+    from onnx import helper
+
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="aows")
+    m.ir_version = IR_VERSION
+    return m
+
+
+def onnx_from_weights(space: SearchSpace, channels: Sequence[int], state: Mapping[str, Any], batch: int | None = None):
+    """ONNX ModelProto of a network from its deployment-form weights (e.g. models.folded_state); batch None = symbolic."""
+    from onnx import helper, numpy_helper
+
+    _check_space(space)
+    space.indices(channels)
+    full = space.full(channels)
+    nodes, inits = [], []
+    for i in range(space.n_edges):
+        n, params = edge_graph(space, i, full[i], full[i + 1])
+        nodes.extend(n)
+        for name, shape in params:
+            if name not in state:
+                raise KeyError(f"weights for {name!r} (shape {shape}) are missing from the state dict")
+            v = state[name]
+            if hasattr(v, "detach"):
+                v = v.detach().cpu().numpy()
+            a = np.ascontiguousarray(np.asarray(v, dtype=np.float32))
+            if a.shape != shape:
+                raise ValueError(f"{name}: expected shape {shape} for configuration {list(channels)}, got {a.shape}")
+            inits.append(numpy_helper.from_array(a, name))
+    inputs, outputs = _io(space, batch)
+    return _model(helper.make_graph(nodes, f"{space.name}", inputs, outputs, inits))
+
+
+class GraphFactory:
+    """Serialized timing graphs of one space with external initialisers from a shared weight pool."""
+
+    def __init__(self, space: SearchSpace, batch: int, seed: int = 0):
+        from onnx import helper
+
+        _check_space(space)
+        self.space = space
+        self.batch = int(batch)
+        self.offsets: dict[str, int] = {}
+        off = 0
+        for name, shape in param_shapes(space, space.max_config):
+            self.offsets[name] = off
+            off += math.ceil(math.prod(shape) / _ALIGN) * _ALIGN
+        rng = np.random.default_rng([int(seed), 0x0A05])
+        self.pool = rng.standard_normal(off, dtype=np.float32) * np.float32(TIMING_WEIGHT_STD)
+        inputs, outputs = _io(space, self.batch)
+        head = _model(helper.make_graph([], space.name, inputs, outputs))
+        self._head = head
+        self._edges: dict[tuple[int, int, int], tuple[bytes, list[str], list]] = {}
+
+    def _edge(self, i: int, c_in: int, c_out: int) -> tuple[bytes, list[str], list]:
+        """Cached (serialized GraphProto fragment, initializer names, OrtValues) of edge i."""
+        key = (i, c_in, c_out)
+        hit = self._edges.get(key)
+        if hit is not None:
+            return hit
+        import onnxruntime as ort
+        from onnx import GraphProto, TensorProto
+
+        nodes, params = edge_graph(self.space, i, c_in, c_out)
+        frag = GraphProto()
+        frag.node.extend(nodes)
+        names, values = [], []
+        for name, shape in params:
+            tp = frag.initializer.add()
+            tp.name = name
+            tp.data_type = TensorProto.FLOAT
+            tp.dims.extend(shape)
+            tp.data_location = TensorProto.EXTERNAL
+            loc = tp.external_data.add()
+            loc.key, loc.value = "location", "aows-timing-pool"
+            start = self.offsets[name]
+            view = self.pool[start : start + math.prod(shape)].reshape(shape)
+            names.append(name)
+            values.append(ort.OrtValue.ortvalue_from_numpy(view))
+        hit = self._edges[key] = (frag.SerializeToString(), names, values)
+        return hit
+
+    def prebuild(self) -> "GraphFactory":
+        """Serialise every edge (i, c_i, c_{i+1}) of the space now (one-time setup)."""
+        for i in range(self.space.n_edges):
+            for c_in in self.space.choices[i]:
+                for c_out in self.space.choices[i + 1]:
+                    self._edge(i, c_in, c_out)
+        return self
+
+    def __call__(self, channels: Sequence[int]) -> tuple[bytes, list[str], list]:
+        """(model bytes, external initializer names, their OrtValues) of a configuration."""
+        from onnx import ModelProto
+
+        self.space.indices(channels)
+        full = self.space.full(channels)
+        parts = [self._edge(i, full[i], full[i + 1]) for i in range(self.space.n_edges)]
+        model = ModelProto()
+        model.CopyFrom(self._head)
+        # Concatenated serialized messages merge: repeated fields (node, initializer) append in order.
+        model.graph.MergeFromString(b"".join(p[0] for p in parts))
+        return model.SerializeToString(), [n for p in parts for n in p[1]], [v for p in parts for v in p[2]]
+
+
+class OnnxRuntime(Device):
+    """ONNX Runtime CPU execution provider; ms per forward of a batch."""
+
+    name = "onnxruntime"
+    unit = "ms"
+    keys = ("batch_size", "threads", "inter_op_threads", "graph_optimization")
+
+    def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
+        super().__init__(spec, space, seed)
+        import onnxruntime as ort
+
+        self.threads = int(self.spec["threads"])
+        self.inter_op_threads = int(self.spec["inter_op_threads"])
+        if self.threads < 1 or self.inter_op_threads < 1:
+            raise ValueError(f"device {self.name!r}: threads and inter_op_threads must be ≥ 1")
+        level = str(self.spec["graph_optimization"])
+        if level not in GRAPH_OPT_LEVELS:
+            raise ValueError(f"onnxruntime: graph_optimization must be one of {list(GRAPH_OPT_LEVELS)}, got {level!r}")
+        self.level = level
+        self._level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[level]
+        if self.threads > usable_cores():
+            import warnings
+
+            warnings.warn(f"{self.name}: {self.threads} threads on {usable_cores()} usable cores", stacklevel=2)
+        self.graphs = GraphFactory(space, self.batch_size, self.seed).prebuild()  # one-time, well under a second
+        rng = np.random.default_rng([self.seed, 0x1A])
+        self.x = rng.standard_normal(self.input_shape, dtype=np.float32)
+        self._x_value = ort.OrtValue.ortvalue_from_numpy(self.x)
+        self._y_value = ort.OrtValue.ortvalue_from_numpy(np.zeros((self.batch_size, space.num_classes), np.float32))
+
+    def session_options(self):
+        """SessionOptions of the timing protocol (threads, sequential, optimisation level, denormals flushed)."""
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.threads
+        so.inter_op_num_threads = self.inter_op_threads
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = self._level
+        so.log_severity_level = 3
+        so.add_session_config_entry("session.set_denormal_as_zero", "1")
+        return so
+
+    def session(self, channels: Sequence[int]):
+        """An InferenceSession of the timing graph of `channels`."""
+        import onnxruntime as ort
+
+        blob, names, values = self.graphs(channels)
+        so = self.session_options()
+        so.add_external_initializers(names, values)
+        return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Backend settings, machine and ONNX Runtime build."""
+        import onnxruntime as ort
+
+        return {
+            **super().fingerprint(),
+            **host_fingerprint(),
+            "onnxruntime": ort.__version__,
+            "provider": "CPUExecutionProvider",
+            "opset": OPSET,
+            "form": TIMING_FORM,
+        }
+
+    def measure(
+        self, channels: Sequence[int], repeats: int, warmup: int = 0, job: int = 0, min_time_s: float = 0.0
+    ) -> Measurement:
+        """Time the graph of `channels` (ms per forward of a batch)."""
+        repeats, warmup = check_counts(repeats, warmup)
+        t0 = time.perf_counter()
+        sess = self.session(channels)
+        binding = sess.io_binding()
+        binding.bind_ortvalue_input(INPUT, self._x_value)
+        binding.bind_ortvalue_output(OUTPUT, self._y_value)
+        run = sess.run_with_iobinding
+        gc_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            ns = timed_loop(lambda: run(binding), repeats, warmup, min_time_s)
+        finally:
+            if gc_enabled:
+                gc.enable()
+        del binding, sess
+        wall = time.perf_counter() - t0
+        timed = float(ns.sum()) / 1e9
+        return Measurement(ns / 1e6, timed, max(wall - timed, 0.0))

@@ -1,0 +1,126 @@
+"""`synthetic`: a simulated device with a hidden ground truth, so profile → fit → validate is testable exactly.
+
+The truth follows the latency model of §4 (eq. lat) plus what breaks it on real machines:
+
+- an additive table, one value per latency variable (Θ, c_in, c_out) (shared variables share it):
+  a_kind·MMAC + m·(activations + weights)/10⁶ + b_kind, times a per-variable factor exp(N(0, 0.05²))
+  and a small penalty for widths that are not multiples of 16 — mostly, not exactly, monotone;
+- a non-additive term: total × nonadditive · sin(2π·1.5·u + φ), u = MACs / MACs(max config);
+- multiplicative drift over the virtual clock `job` (the profiling job index):
+  1 + drift·(0.7·sin(2π·job/P₁ + φ₁) + 0.3·sin(2π·job/P₂ + φ₂)), a fast wave and a slow trend;
+- multiplicative log-normal noise per repeat, exp(noise·z) (median 1).
+
+Every random choice derives from the seed: the table from `default_rng([seed, 2**32-1, 7])`, the
+noise of job j from `default_rng([seed, j])`, so a resumed run reproduces every sample. Values
+are ms per forward of a batch (batch B scales the truth by B^0.9). `timed_s` is the virtual time
+the samples represent. Imports numpy only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from functools import cached_property
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..space import SearchSpace
+from .base import Device, Measurement, check_counts
+from .flops import network_macs, variable_macs
+
+GENERATOR_VERSION = 1
+_KINDS = ("conv", "dwsep", "linear")
+
+
+class Synthetic(Device):
+    """Hidden ground-truth latencies with a non-additive term, drift and noise (ms per forward of a batch)."""
+
+    name = "synthetic"
+    unit = "ms"
+    keys = ("batch_size", "noise", "drift", "nonadditive")
+
+    def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
+        super().__init__(spec, space, seed)
+        self.noise = float(self.spec["noise"])
+        self.drift = float(self.spec["drift"])
+        self.nonadditive = float(self.spec["nonadditive"])
+        for k in ("noise", "drift", "nonadditive"):
+            if getattr(self, k) < 0:
+                raise ValueError(f"synthetic: {k} must be ≥ 0, got {getattr(self, k)}")
+        if self.drift >= 0.95:
+            raise ValueError(f"synthetic: drift must be < 0.95 (a multiplicative amplitude), got {self.drift}")
+        if self.seed < 0:
+            raise ValueError(f"synthetic: the seed must be ≥ 0, got {self.seed}")
+        rng = np.random.default_rng([self.seed, 2**32 - 1, 7])
+        self._a = {k: rng.uniform(0.025, 0.035) * s for k, s in zip(_KINDS, (1.0, 1.1, 1.5))}  # ms per MMAC
+        self._b = {k: b * rng.uniform(0.8, 1.2) for k, b in zip(_KINDS, (0.03, 0.06, 0.02))}  # ms per layer
+        self._m = rng.uniform(0.8, 1.2)  # ms per 10⁶ elements moved
+        self._jitter = rng.normal(0.0, 0.05, size=space.n_variables)
+        self._misalign = rng.uniform(0.02, 0.06)
+        self._phi = rng.uniform(0, 2 * np.pi, size=3)
+        self._periods = (rng.uniform(240, 375), rng.uniform(2400, 3750))
+        self._macs_max = network_macs(space, space.max_config)
+
+    # ---- ground truth ------------------------------------------------------------------
+    @cached_property
+    def _table(self) -> np.ndarray:
+        """The hidden per-variable latencies (ms per forward of a batch)."""
+        macs = variable_macs(self.space).astype(np.float64)
+        out = np.empty(self.space.n_variables)
+        for v, (t, ci, co) in enumerate(self.space.variables):
+            ho, wo = t.out_hw()
+            k2 = t.kernel * t.kernel
+            if t.kind == "conv":
+                moved = co * ho * wo + ci * co * k2
+            elif t.kind == "dwsep":
+                moved = ci * ho * wo + co * ho * wo + ci * k2 + ci * co
+            else:
+                moved = ci * t.in_h * t.in_w + ci * co
+            base = self._a[t.kind] * macs[v] / 1e6 + self._m * moved / 1e6 + self._b[t.kind]
+            penalty = 1.0 + (self._misalign if co % 16 else 0.0)
+            out[v] = base * penalty * np.exp(self._jitter[v])
+        out *= self.batch_size**0.9
+        out.setflags(write=False)
+        return out
+
+    def true_table(self) -> np.ndarray:
+        """The hidden per-variable latencies, aligned with `space.variables` (ms)."""
+        return self._table.copy()
+
+    def additive_latency(self, channels: Sequence[int]) -> float:
+        """Sum of the true table along the configuration's path (eq. lat)."""
+        ids = self.space.variable_ids(self.space.indices(channels))
+        return float(self._table[ids].sum())
+
+    def true_latency(self, channels: Sequence[int]) -> float:
+        """Noise-free, drift-free latency of a configuration, non-additive term included (ms)."""
+        add = self.additive_latency(channels)
+        u = network_macs(self.space, channels) / self._macs_max
+        return add * (1.0 + self.nonadditive * np.sin(2 * np.pi * 1.5 * u + self._phi[0]))
+
+    def drift_factor(self, job: int) -> float:
+        """Multiplicative drift of the virtual clock at profiling job `job`."""
+        p1, p2 = self._periods
+        wave = 0.7 * np.sin(2 * np.pi * job / p1 + self._phi[1]) + 0.3 * np.sin(2 * np.pi * job / p2 + self._phi[2])
+        return float(1.0 + self.drift * wave)
+
+    # ---- device interface --------------------------------------------------------------
+    def fingerprint(self) -> dict[str, Any]:
+        """Settings, seed and a hash of the hidden table (no machine: synthetic timings travel)."""
+        digest = hashlib.sha256(self._table.tobytes()).hexdigest()[:16]
+        return {**super().fingerprint(), "seed": self.seed, "generator": GENERATOR_VERSION, "table_hash": digest}
+
+    def measure(
+        self, channels: Sequence[int], repeats: int, warmup: int = 0, job: int = 0, min_time_s: float = 0.0
+    ) -> Measurement:
+        """`repeats` noisy, drifting samples of job `job` (warm-up has no effect); reproducible from (seed, job)."""
+        repeats, warmup = check_counts(repeats, warmup)
+        job = int(job)
+        if job < 0:
+            raise ValueError(f"synthetic: job must be ≥ 0, got {job}")
+        t0 = time.perf_counter()
+        truth = self.true_latency(channels) * self.drift_factor(job)
+        rng = np.random.default_rng([self.seed, job])
+        samples = truth * np.exp(self.noise * rng.standard_normal(repeats))
+        return Measurement(samples, float(samples.sum()) / 1e3, time.perf_counter() - t0)

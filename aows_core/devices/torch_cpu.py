@@ -1,0 +1,120 @@
+"""`torch-cpu`: eager PyTorch on the CPU, the paper's CPU target (§7, Xeon, batch 1, PyTorch).
+
+Each network is the deployment form of `models.timing_model` (BN folded, the form finalists are
+measured in), run under `torch.inference_mode()` on a fixed N(0, 1) input batch of shape
+(B, C, H, W); one sample is `time.perf_counter_ns` around one forward pass. Threads are set here
+(torch.set_num_threads / set_num_interop_threads) and denormals are flushed; the garbage
+collector is paused while timing.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import warnings
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..space import SearchSpace
+from .base import Device, Measurement, check_counts, host_fingerprint, timed_loop, usable_cores
+
+# Bump when the timed form changes (module structure, input, protocol inside `measure`).
+TIMING_FORM = "mobilenet_v1-deploy(bn-folded, relu-inplace, mean-pool)/eager/inference_mode/v1"
+
+
+def set_torch_threads(threads: int, inter_op_threads: int) -> int:
+    """Set torch's intra- and inter-op threads; returns the inter-op count actually in force."""
+    import torch
+
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    if torch.get_num_interop_threads() != inter_op_threads:
+        try:
+            torch.set_num_interop_threads(inter_op_threads)
+        except RuntimeError:  # only settable before the first inter-op parallel work
+            warnings.warn(
+                f"torch inter-op threads are already fixed at {torch.get_num_interop_threads()} in this process; "
+                f"requested {inter_op_threads} (recorded in the fingerprint)",
+                stacklevel=3,
+            )
+    torch.set_flush_denormal(True)
+    return torch.get_num_interop_threads()
+
+
+class TorchCPU(Device):
+    """Eager PyTorch on the CPU; ms per forward of a batch."""
+
+    name = "torch-cpu"
+    unit = "ms"
+    keys = ("batch_size", "threads", "inter_op_threads", "channels_last")
+    torch_device = "cpu"
+
+    def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
+        super().__init__(spec, space, seed)
+        import torch
+
+        from ..models import TimingFactory
+
+        self.threads = int(self.spec["threads"])
+        self.inter_op_threads = int(self.spec["inter_op_threads"])
+        self.channels_last = bool(self.spec["channels_last"])
+        if self.threads < 1 or self.inter_op_threads < 1:
+            raise ValueError(f"device {self.name!r}: threads and inter_op_threads must be ≥ 1")
+        if self.threads > usable_cores():
+            warnings.warn(f"{self.name}: {self.threads} threads on {usable_cores()} usable cores", stacklevel=2)
+        self._inter_actual = set_torch_threads(self.threads, self.inter_op_threads)
+        self._device = self._resolve_device()
+        # One-time setup (well under a second per space): later networks cost only their assembly.
+        self.factory = TimingFactory(space, seed=self.seed, device=self._device, channels_last=self.channels_last).prebuild()
+        gen = torch.Generator().manual_seed(self.seed)
+        x = torch.randn(self.input_shape, generator=gen).to(self._device)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        self.x = x
+
+    def _resolve_device(self):
+        """The torch device networks run on."""
+        import torch
+
+        return torch.device("cpu")
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Backend settings, machine and torch build."""
+        import torch
+
+        return {
+            **super().fingerprint(),
+            "inter_op_threads_actual": self._inter_actual,
+            **host_fingerprint(),
+            "torch": torch.__version__,
+            "mkldnn": bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled),
+            "form": TIMING_FORM,
+        }
+
+    def _run(self, model, repeats: int, warmup: int, min_time_s: float) -> np.ndarray:
+        """Per-repeat forward times in ns."""
+        x = self.x
+        return timed_loop(lambda: model(x), repeats, warmup, min_time_s)
+
+    def measure(
+        self, channels: Sequence[int], repeats: int, warmup: int = 0, job: int = 0, min_time_s: float = 0.0
+    ) -> Measurement:
+        """Time the deployment form of `channels` (ms per forward of a batch)."""
+        import torch
+
+        repeats, warmup = check_counts(repeats, warmup)
+        t0 = time.perf_counter()
+        set_torch_threads(self.threads, self.inter_op_threads)
+        model = self.factory(channels)
+        gc_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.inference_mode():
+                ns = self._run(model, repeats, warmup, min_time_s)
+        finally:
+            if gc_enabled:
+                gc.enable()
+        wall = time.perf_counter() - t0
+        timed = float(ns.sum()) / 1e9
+        return Measurement(ns / 1e6, timed, max(wall - timed, 0.0))

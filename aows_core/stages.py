@@ -1,0 +1,214 @@
+"""Stages as plain Python functions: read artifacts, run the algorithm, write artifacts.
+
+`aows <stage>` and the Snakemake rules call these; each checks that its inputs belong to the
+configured space and device before computing anything.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import io
+from .config import space_from_config
+from .profiling import read_configs, read_latency
+from .space import SearchSpace
+
+SETS = ("train", "lambda_val", "test")
+
+
+def sample(config: Mapping[str, Any], out: str | os.PathLike) -> dict[str, int]:
+    """Write the profiling configurations: train (coverage-biased), lambda_val and test (uniform) (§4, supp. A)."""
+    from .sampling import config_sets, coverage_lower_bound
+
+    space = space_from_config(config)
+    s = config["sampling"]
+    sets = config_sets(space, config["seed"], s["coverage"], s["lambda_val"], s["test"])
+    rows, counts = [], {}
+    for name in SETS:
+        idx = sets[name]
+        counts[name] = len(idx)
+        sampler = "biased" if name == "train" else "uniform"
+        for k in idx:
+            rows.append({"config_id": len(rows), "channels": space.channels_of(k), "set": name, "sampler": sampler})
+    meta = io.provenance(
+        space_name=space.name,
+        space_hash=space.hash,
+        space=space.to_dict(),
+        seed=config["seed"],
+        sampling=dict(s),
+        sampler="train: coverage-biased (supplementary A); lambda_val, test: uniform",
+        coverage_lower_bound=int(coverage_lower_bound(space, s["coverage"])),
+    )
+    io.write_records(rows, out, "configs", meta)
+    return counts
+
+
+def _sets(space: SearchSpace, table) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per set: node indices, drift-corrected latencies and config ids of the `sample` rows."""
+    role = np.asarray(table.column("role").to_pylist())
+    sets = np.asarray(table.column("set").to_pylist(), dtype=object)
+    chans = table.column("channels").to_pylist()
+    lat = table.column("latency_ms").to_numpy()
+    ids = table.column("config_id").to_numpy()
+    out = {}
+    for name in SETS:
+        sel = np.flatnonzero((role == "sample") & (sets == name))
+        idx = np.stack([space.indices(chans[i]) for i in sel]) if len(sel) else np.zeros((0, space.n_nodes), int)
+        out[name] = (idx, lat[sel], ids[sel])
+    return out
+
+
+def fit_lut(
+    config: Mapping[str, Any], device: str, latency: str | os.PathLike, out: str | os.PathLike, report: str | os.PathLike
+) -> dict[str, Any]:
+    """Fit the LUT on the train set, choosing λ on lambda_val only (§4 eq. linear_lat + soft prior)."""
+    from . import lut
+
+    space = space_from_config(config)
+    table, lmeta = read_latency(latency, space, device)
+    sets = _sets(space, table)
+    idx_tr, l_tr, _ = sets["train"]
+    idx_val, l_val, _ = sets["lambda_val"]
+    if len(l_tr) == 0 or len(l_val) == 0:
+        raise io.ArtifactError(f"{latency}: needs train and lambda_val rows; found {len(l_tr)} and {len(l_val)}")
+    A_tr = lut.design_matrix(space, idx_tr)
+    A_val = lut.design_matrix(space, idx_val)
+    V = lut.monotonicity_matrix(space)
+    n_obs = lut.observation_counts(A_tr)
+    lut.check_coverage(space, n_obs)
+    best, results, rows = lut.lambda_scan(A_tr, l_tr, A_val, l_val, V, config["lut"]["lambdas"], ridge=config["lut"]["ridge"])
+    chosen = results[best]
+    meta = io.provenance(
+        space_name=space.name,
+        space_hash=space.hash,
+        device=device,
+        fingerprint=lmeta["fingerprint"],
+        unit=lmeta["unit"],
+        unit_short=lmeta["unit_short"],
+        statistic=lmeta["statistic"],
+        protocol=lmeta["protocol"],
+        reference_channels=lmeta["reference_channels"],
+        reference_baseline=lmeta["reference_baseline"],
+        sigma_n=lmeta["sigma_n"],
+        lam=chosen.lam,
+        ridge=config["lut"]["ridge"],
+        n_train=int(len(l_tr)),
+        n_lambda_val=int(len(l_val)),
+        n_inequalities=int(V.shape[0]),
+        train_rmse_ms=rows[best]["train_rmse_ms"],
+        val_rmse_ms=rows[best]["val_rmse_ms"],
+        val_nrmse=rows[best]["val_nrmse"],
+        formulation="min ||Ax - l||^2 + lam*||max(Vx, 0)||_1 + ridge*||x||^2 s.t. x >= 0 (OSQP, residual form)",
+    )
+    io.write_records(lut.lut_records(space, chosen.x, n_obs), out, "lut", meta)
+    io.write_records(rows, report, "lut_fit", {k: meta[k] for k in ("space_hash", "device", "unit", "aows_version")})
+    return {"lambda": chosen.lam, **{k: rows[best][k] for k in ("train_rmse_ms", "val_rmse_ms", "val_nrmse")}}
+
+
+def read_lut(path: str | os.PathLike, space: SearchSpace) -> tuple[np.ndarray, dict]:
+    """A LUT artifact as a vector over the space's variables; refused if from another space."""
+    from . import lut
+
+    table, meta = io.read_table(path, "lut")
+    if meta.get("space_hash") != space.hash:
+        raise io.ArtifactError(
+            f"{path} is a latency table of space {meta.get('space_name')!r} (hash {meta.get('space_hash')}), "
+            f"not of the configured {space.name!r} (hash {space.hash}); fit a table for this space"
+        )
+    try:
+        return lut.lut_vector(space, table), meta
+    except lut.LUTFitError as e:
+        raise io.ArtifactError(f"{path}: {e}; refit the table with `aows fit-lut`") from e
+
+
+def validate_lut(
+    config: Mapping[str, Any],
+    device: str,
+    latency: str | os.PathLike,
+    lut_path: str | os.PathLike,
+    out: str | os.PathLike,
+    predictions: str | os.PathLike,
+    plot: str | os.PathLike,
+) -> dict[str, Any]:
+    """Held-out test metrics of the LUT beside the noise floor and a FLOPs-proportional baseline (§7)."""
+    from . import lut, plots
+    from .devices.flops import network_macs
+
+    space = space_from_config(config)
+    table, lmeta = read_latency(latency, space, device)
+    x, tmeta = read_lut(lut_path, space)
+    if tmeta.get("fingerprint") != lmeta.get("fingerprint"):
+        raise io.ArtifactError(
+            f"{lut_path} was fitted on timings from another device fingerprint than {latency}:\n"
+            f"  LUT: {tmeta.get('fingerprint')}\n  latency file: {lmeta.get('fingerprint')}\nValidate a table with timings of the same device."
+        )
+    sets = _sets(space, table)
+    idx_te, l_te, ids_te = sets["test"]
+    idx_tr, l_tr, _ = sets["train"]
+    if len(l_te) == 0:
+        raise io.ArtifactError(f"{latency}: has no test rows to validate on")
+    pred = lut.predict(space, x, idx_te)
+    flops_tr = np.array([network_macs(space, space.channels_of(k)) for k in idx_tr])
+    flops_te = np.array([network_macs(space, space.channels_of(k)) for k in idx_te])
+    a = lut.flops_baseline(flops_tr, l_tr)
+    base = a * flops_te
+    m_lut = lut.latency_metrics(pred, l_te)
+    m_flops = lut.latency_metrics(base, l_te)
+    rows = [{"model": "lut", "n": len(l_te), **m_lut}, {"model": "flops_proportional", "n": len(l_te), **m_flops}]
+    noise = {k: lmeta.get(k) for k in ("sigma_n", "retest_pairs", "retest_within_5pct", "retest_within_10pct")}
+    meta = io.provenance(
+        space_name=space.name,
+        space_hash=space.hash,
+        device=device,
+        fingerprint=lmeta["fingerprint"],
+        unit=lmeta["unit"],
+        lam=tmeta.get("lam"),
+        flops_ms_per_mmac=float(a),
+        **noise,
+    )
+    io.write_records(rows, out, "lut_validation", meta)
+    io.write_records(
+        {
+            "config_id": ids_te.tolist(),
+            "channels": [space.channels_of(k) for k in idx_te],
+            "measured_ms": l_te.tolist(),
+            "predicted_ms": pred.tolist(),
+            "flops_baseline_ms": base.tolist(),
+        },
+        predictions,
+        "lut_predictions",
+        meta,
+    )
+    plots.lut_validation(predictions, plot)
+    return {"lut": m_lut, "flops_proportional": m_flops, **noise}
+
+
+def decode(
+    config: Mapping[str, Any],
+    device: str,
+    method: str,
+    unaries: str | os.PathLike,
+    lut_path: str | os.PathLike,
+    targets: list[str],
+    out: str | os.PathLike,
+    epoch: int | None = None,
+) -> list[dict[str, Any]]:
+    """Decisions of `method` for each target from a unaries artifact and a device's LUT (§5 eq. lagrange)."""
+    from .decode import decide, read_unaries, write_decisions
+
+    space = space_from_config(config)
+    x, tmeta = read_lut(lut_path, space)
+    if tmeta.get("device") != device:
+        raise io.ArtifactError(f"{lut_path} is the latency table of device {tmeta.get('device')!r}, not {device!r}")
+    u, umeta, chosen = read_unaries(unaries, space, epoch)
+    d = config["decode"]
+    rows = decide(space, u, x, targets, method=method, device=device, unit=tmeta["unit_short"],
+                  policy=d["unvisited"], exact=d["exact"], epoch=chosen)
+    write_decisions(rows, out, {
+        "space_name": space.name, "space_hash": space.hash, "device": device, "fingerprint": tmeta.get("fingerprint"),
+        "unit": tmeta.get("unit"), "lut_lambda": tmeta.get("lam"), "unaries_meta": umeta, "decode": dict(d),
+    })
+    return rows

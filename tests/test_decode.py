@@ -1,0 +1,142 @@
+"""Decisions: target strings, LUT range, the unaries and decisions artifacts, and bad input."""
+
+import itertools
+import re
+
+import numpy as np
+import pytest
+import yaml
+
+from aows_core import io, lut
+from aows_core.chain import InfeasibleTarget
+from aows_core.config import SCHEMA_PATH, space_from_config, validate
+from aows_core.decode import TARGET_PATTERN, latency_range, parse_target, resolve_target
+from aows_core.devices.flops import variable_macs
+from aows_core.space import mobilenet_v1_space
+from aows_core.stages import decode
+
+
+SMALL = {"space": {"preset": "mobilenet_v1_fmnist", "resolution": 8, "in_channels": 1, "num_classes": 4,
+                   "width_mult": 0.25, "n_choices": 2}}
+
+
+@pytest.fixture
+def small():
+    return space_from_config(validate(SMALL))
+
+
+def write_lut(space, path, device="cpu", unit="ms", x=None):
+    x = variable_macs(space) / 1e6 if x is None else x
+    meta = io.provenance(space_name=space.name, space_hash=space.hash, device=device, unit=f"{unit} per forward",
+                         unit_short=unit, fingerprint={"backend": "test"}, lam=0.0)
+    io.write_records(lut.lut_records(space, x, np.ones(space.n_variables, int)), path, "lut", meta)
+    return x
+
+
+def write_unaries(space, path, rng, epochs=(0, 1), drop=()):
+    rows = []
+    for e in epochs:
+        for layer, widths in enumerate(space.layer_choices):
+            for j, w in enumerate(widths):
+                count = 0 if (layer, j) in drop else int(rng.integers(1, 50))
+                delta = None if count == 0 else float((len(widths) - j) * 0.1 + rng.normal(0, 0.01))
+                rows.append({"layer": layer, "width": w, "delta": delta, "count": count, "epoch": e})
+    io.write_records(rows, path, "unaries", io.provenance(space_name=space.name, space_hash=space.hash, method="ows"))
+    return rows
+
+
+def brute(space, x, u):
+    best = None
+    for ch in itertools.product(*space.layer_choices):
+        idx = space.indices(ch)
+        lat = float(lut.predict(space, x, idx))
+        obj = sum(u[i + 1][idx[i + 1]] for i in range(space.n_layers))
+        yield ch, lat, obj
+
+
+def test_target_grammar_and_schema_agree():
+    assert parse_target("4.5ms").value == 4.5 and parse_target("325mflops").kind == "mflops"
+    assert parse_target("range:0.3").kind == "range"
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    pattern = schema["properties"]["decode"]["properties"]["targets"]["items"]["pattern"]
+    assert pattern == re.sub(r"\?P<\w+>", "?:", TARGET_PATTERN)
+    for bad in ["4.5", "ms", "range:1.5", "4,5ms", "range:", "-1ms"]:
+        with pytest.raises(ValueError, match="target"):
+            parse_target(bad)
+
+
+def test_range_targets_use_exact_extremes(small):
+    x = variable_macs(small) / 1e6
+    lo, hi, cl, ch = latency_range(small, x)
+    lats = [lat for _, lat, _ in brute(small, x, [np.zeros(len(c)) for c in small.choices])]
+    assert lo == pytest.approx(min(lats)) and hi == pytest.approx(max(lats))
+    assert resolve_target("range:0.5", small, x, "ms") == pytest.approx((lo + hi) / 2)
+    with pytest.raises(ValueError, match="in MMAC"):
+        resolve_target("4ms", small, x, "MMAC")
+
+
+def test_decode_stage_is_the_brute_force_constrained_optimum(small, tmp_path):
+    rng = np.random.default_rng(0)
+    x = write_lut(small, tmp_path / "lut.parquet")
+    rows = write_unaries(small, tmp_path / "u.parquet", rng)
+    cfg = validate(SMALL)
+    cfg_space = small  # same definition ⇒ same hash
+    u = [np.zeros(1)] + [np.array([r["delta"] for r in rows if r["epoch"] == 1 and r["layer"] == l])
+                         for l in range(small.n_layers)] + [np.zeros(1)]
+    out = decode(cfg, "cpu", "ows", tmp_path / "u.parquet", tmp_path / "lut.parquet",
+                 ["range:0.2", "range:0.6", "range:1"], tmp_path / "d.parquet")
+    table, meta = io.read_table(tmp_path / "d.parquet", "decisions")
+    assert table.schema.remove_metadata().equals(io.SCHEMAS["decisions"])
+    for r in out:
+        feasible = [(obj, lat) for _, lat, obj in brute(cfg_space, x, u) if lat <= r["target_ms"] + 1e-9]
+        assert r["predicted_latency_ms"] <= r["target_ms"] + 1e-9
+        assert r["objective"] == pytest.approx(min(feasible)[0], abs=1e-9)
+        assert r["exact"] and r["dual_bound"] <= r["objective"] + 1e-9 and r["epoch"] == 1
+        assert r["unvisited_policy"] == "exclude"
+
+
+def test_bad_inputs_are_clear_errors(small, tmp_path):
+    rng = np.random.default_rng(1)
+    cfg = validate(SMALL)
+    write_lut(small, tmp_path / "lut.parquet")
+    write_unaries(small, tmp_path / "u.parquet", rng, drop={(0, 1)})
+    args = ("cpu", "ows", tmp_path / "u.parquet", tmp_path / "lut.parquet")
+    with pytest.raises(InfeasibleTarget, match=r"minimum"):
+        decode(cfg, *args, ["0.000001ms"], tmp_path / "d.parquet")
+    with pytest.raises(ValueError, match="malformed latency target"):
+        decode(cfg, *args, ["fast"], tmp_path / "d.parquet")
+    with pytest.raises(ValueError, match="no epoch 7"):
+        decode(cfg, *args, ["range:0.5"], tmp_path / "d.parquet", epoch=7)
+    strict = validate({**cfg, "decode": {"unvisited": "error"}})
+    with pytest.raises(ValueError, match="never visited"):
+        decode(strict, *args, ["range:0.5"], tmp_path / "d.parquet")
+    # an unvisited width is excluded by default and recorded
+    r = decode(cfg, *args, ["range:1"], tmp_path / "d.parquet")[0]
+    assert r["channels"][0] != small.layer_choices[0][1]
+    # NaN in a visited unary
+    t, m = io.read_table(tmp_path / "u.parquet", "unaries")
+    rows = t.to_pylist()
+    rows[-1]["delta"] = float("nan")  # epoch 1, visited
+    io.write_records(rows, tmp_path / "nan.parquet", "unaries", m)
+    with pytest.raises(ValueError, match="visited unary at layer"):
+        decode(cfg, "cpu", "ows", tmp_path / "nan.parquet", tmp_path / "lut.parquet", ["range:0.5"], tmp_path / "d.parquet")
+    # unaries or LUT of another space
+    other = mobilenet_v1_space("other", resolution=8, in_channels=1, num_classes=4, width_mult=0.25, n_choices=3)
+    write_unaries(other, tmp_path / "o.parquet", rng)
+    with pytest.raises(io.ArtifactError, match="unaries of space 'other'"):
+        decode(cfg, "cpu", "ows", tmp_path / "o.parquet", tmp_path / "lut.parquet", ["range:0.5"], tmp_path / "d.parquet")
+    write_lut(other, tmp_path / "olut.parquet")
+    with pytest.raises(io.ArtifactError, match="latency table of space 'other'"):
+        decode(cfg, "cpu", "ows", tmp_path / "u.parquet", tmp_path / "olut.parquet", ["range:0.5"], tmp_path / "d.parquet")
+    # a LUT missing a variable, and one with a NaN entry
+    lt, lm = io.read_table(tmp_path / "lut.parquet", "lut")
+    io.write_table(lt.slice(1), tmp_path / "short.parquet", "lut", lm)
+    with pytest.raises(ValueError, match="lacks|missing"):
+        decode(cfg, "cpu", "ows", tmp_path / "u.parquet", tmp_path / "short.parquet", ["range:0.5"], tmp_path / "d.parquet")
+    x = variable_macs(small) / 1e6
+    x[2] = np.nan
+    write_lut(small, tmp_path / "nanlut.parquet", x=x)
+    with pytest.raises(ValueError, match="non-finite|not finite|NaN"):
+        decode(cfg, "cpu", "ows", tmp_path / "u.parquet", tmp_path / "nanlut.parquet", ["range:0.5"], tmp_path / "d.parquet")
+    with pytest.raises(io.ArtifactError, match="not 'gpu'"):
+        decode(cfg, "gpu", "ows", tmp_path / "u.parquet", tmp_path / "lut.parquet", ["range:0.5"], tmp_path / "d.parquet")

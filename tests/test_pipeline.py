@@ -1,0 +1,77 @@
+"""sample → profile → fit → validate on the synthetic device: the hidden table is recovered."""
+
+import numpy as np
+import pytest
+
+from aows_core import io
+from aows_core.config import validate
+from aows_core.devices import get_device
+from aows_core.profiling import profile
+from aows_core.stages import fit_lut, sample, validate_lut
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pipe")
+    cfg = validate(
+        {
+            "seed": 7,
+            "devices": {"synth": {"backend": "synthetic", "noise": 0.02, "drift": 0.25, "nonadditive": 0.01}},
+            "sampling": {"coverage": 3, "lambda_val": 60, "test": 150},
+            "profiling": {"repeats": 15, "retest": 50, "reference_every": 10},
+        }
+    )
+    sample(cfg, d / "configs.parquet")
+    spec = cfg["devices"]["synth"]
+    from aows_core.config import space_from_config
+
+    space = space_from_config(cfg)
+    profile(space, "synth", spec, d / "configs.parquet", d / "lat.parquet", d / "resume", cfg["profiling"],
+            cfg["seed"], progress=False)
+    fit = fit_lut(cfg, "synth", d / "lat.parquet", d / "lut.parquet", d / "fit.parquet")
+    val = validate_lut(cfg, "synth", d / "lat.parquet", d / "lut.parquet", d / "val.parquet", d / "pred.parquet",
+                       d / "val.pdf")
+    return d, cfg, space, fit, val
+
+
+def test_hidden_table_is_recovered_to_the_noise_floor(run):
+    d, cfg, space, fit, val = run
+    m, sigma = val["lut"], val["sigma_n"]
+    assert 0 < sigma < 0.02
+    assert m["nrmse"] <= 1.5 * sigma + 0.01  # the 1 % non-additive term is not representable
+    assert m["within_10pct"] >= 0.98 and m["kendall_tau"] >= 0.9
+    assert m["nrmse"] <= 0.5 * val["flops_proportional"]["nrmse"]
+    # against the noise-free truth (up to the drift baseline's common scale)
+    pred = io.read_table(d / "pred.parquet", "lut_predictions")[0]
+    dev = get_device(cfg["devices"]["synth"], space, cfg["seed"])
+    truth = np.array([dev.true_latency(c) for c in pred.column("channels").to_pylist()])
+    p = pred.column("predicted_ms").to_numpy()
+    ratio = p / truth
+    assert np.std(np.log(ratio)) < 0.02
+
+
+def test_fit_report_scans_lambda_including_zero(run):
+    d, cfg, *_ = run
+    scan = io.read_table(d / "fit.parquet", "lut_fit")[0].to_pylist()
+    assert len(scan) == len(cfg["lut"]["lambdas"]) >= 6 and scan[0]["lam"] == 0
+    assert sum(r["chosen"] for r in scan) == 1
+    best = min(scan, key=lambda r: r["val_rmse_ms"])
+    assert best["chosen"] and all(r["status"] == "solved" for r in scan)
+
+
+def test_lut_has_every_variable_with_counts(run):
+    d, cfg, space, *_ = run
+    table, meta = io.read_table(d / "lut.parquet", "lut")
+    assert table.num_rows == space.n_variables
+    assert min(table.column("n_obs").to_pylist()) >= cfg["sampling"]["coverage"]
+    assert meta["reference_channels"] and meta["reference_baseline"] > 0 and "lam" in meta
+
+
+def test_latency_file_of_another_device_or_space_is_refused(run, tmp_path):
+    d, cfg, *_ = run
+    with pytest.raises(io.ArtifactError, match="timings of device 'synth'"):
+        fit_lut(cfg, "cpu", d / "lat.parquet", tmp_path / "l.parquet", tmp_path / "f.parquet")
+    other = validate({**cfg, "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 4}})
+    with pytest.raises(io.ArtifactError, match="profiled on space"):
+        fit_lut(other, "synth", d / "lat.parquet", tmp_path / "l.parquet", tmp_path / "f.parquet")
+    assert not (tmp_path / "l.parquet").exists()

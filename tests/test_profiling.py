@@ -1,0 +1,141 @@
+"""The timing protocol: job plan, drift correction, retest noise, resume after a kill, refusals."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from aows_core import io
+from aows_core.config import validate
+from aows_core.profiling import ProfilingError, plan, profile, reference_config
+from conftest import write_uniform_configs
+
+
+def protocol(**kw):
+    return {**validate({})["profiling"], **kw}
+
+
+SYNTH = {"backend": "synthetic", "batch_size": 1, "threads": 1, "noise": 0.01, "drift": 0.3, "nonadditive": 0.0}
+
+
+def test_plan_orders_samples_retests_and_references(tiny_space, tmp_path):
+    write_uniform_configs(tiny_space, tmp_path / "c.parquet", (60, 20, 40))
+    configs, _ = io.read_table(tmp_path / "c.parquet", "configs")
+    p = protocol(retest=15, reference_every=10)
+    jobs = plan(tiny_space, configs, p, seed=3, analytic=False)
+    assert jobs == plan(tiny_space, configs, p, seed=3, analytic=False)  # deterministic
+    assert [j.job for j in jobs] == list(range(len(jobs)))
+    samples = [j for j in jobs if j.role == "sample"]
+    assert sorted(j.config_id for j in samples) == list(range(120))
+    n = len(samples)
+    sample_pos = {j.config_id: k for k, j in enumerate(x for x in jobs if x.role != "reference") if j.role == "sample"}
+    non_ref = [j for j in jobs if j.role != "reference"]
+    retests = [(k, j) for k, j in enumerate(non_ref) if j.role == "retest"]
+    assert len(retests) == 15 and all(j.set == "test" for _, j in retests)
+    for k, j in retests:  # at least a third of the session after the first measurement
+        assert k - sample_pos[j.config_id] >= math.ceil(n / 3)
+    refs = [k for k, j in enumerate(jobs) if j.role == "reference"]
+    assert refs[0] == 0 and refs[-1] == len(jobs) - 1 and max(np.diff(refs)) <= 11
+    assert all(list(j.channels) == reference_config(tiny_space) for j in jobs if j.role == "reference")
+
+
+def _run(space, tmp_path, name="synthetic", stop_after=None, resume="resume", p=None):
+    return profile(
+        space, name, SYNTH, tmp_path / "c.parquet", tmp_path / f"{name}.parquet", tmp_path / resume,
+        p or protocol(retest=10, reference_every=8, repeats=5), seed=1, progress=False, stop_after=stop_after,
+    )
+
+
+KEYS = ["job", "role", "config_id", "channels", "latency_ms_raw", "latency_ms", "drift_factor", "median_ms"]
+
+
+def test_resume_ends_exactly_where_an_uninterrupted_run_ends(tiny_space, tmp_path):
+    write_uniform_configs(tiny_space, tmp_path / "c.parquet")
+    full = _run(tiny_space, tmp_path, resume="a")
+    ref = io.read_table(tmp_path / "synthetic.parquet", "latency")[0].select(KEYS).to_pylist()
+    os.remove(tmp_path / "synthetic.parquet")
+    part = _run(tiny_space, tmp_path, stop_after=37, resume="b")
+    assert not part["complete"] and part["done"] == 37 and not (tmp_path / "synthetic.parquet").exists()
+    # a kill in the middle of writing a line: the torn line is dropped and that job redone
+    journal = tmp_path / "b" / "profile_synthetic.jsonl"
+    with open(journal, "a") as fh:
+        fh.write('{"job": 37, "role": "sam')
+    done = _run(tiny_space, tmp_path, resume="b")
+    assert done["complete"] and done["done"] == full["done"]
+    again = io.read_table(tmp_path / "synthetic.parquet", "latency")[0].select(KEYS).to_pylist()
+    assert again == ref
+
+
+def test_drift_is_corrected_and_noise_floor_reported(tiny_space, tmp_path):
+    write_uniform_configs(tiny_space, tmp_path / "c.parquet", (80, 10, 60))
+    res = _run(tiny_space, tmp_path, p=protocol(retest=30, reference_every=5, repeats=5))
+    table, meta = io.read_table(tmp_path / "synthetic.parquet", "latency")
+    from aows_core.devices import get_device
+
+    dev = get_device(SYNTH, tiny_space, 1)
+    rows = [r for r in table.to_pylist() if r["role"] == "sample"]
+    truth = np.array([dev.true_latency(r["channels"]) for r in rows])
+    raw = np.array([r["latency_ms_raw"] for r in rows])
+    cor = np.array([r["latency_ms"] for r in rows])
+    # a 30 % drift dominates the raw error; after correction only noise and a common scale remain
+    err = lambda x: np.std(np.log(x / truth))
+    assert err(cor) < 0.35 * err(raw)
+    assert 0 < res["sigma_n"] < 0.05 and res["retest_pairs"] == 30
+    assert meta["reference_channels"] == reference_config(tiny_space) and meta["reference_baseline"] > 0
+    assert meta["fingerprint"]["backend"] == "synthetic" and meta["statistic"] == "median"
+
+
+def test_journal_from_another_device_is_refused(tiny_space, tmp_path):
+    write_uniform_configs(tiny_space, tmp_path / "c.parquet")
+    _run(tiny_space, tmp_path, stop_after=5)
+    journal = tmp_path / "resume" / "profile_synthetic.jsonl"
+    lines = journal.read_text().splitlines()
+    head = json.loads(lines[0])
+    head["fingerprint"]["cpu"] = "some other machine"
+    journal.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
+    with pytest.raises(ProfilingError, match="different device fingerprint"):
+        _run(tiny_space, tmp_path)
+    assert journal.read_text().splitlines()[1:] == lines[1:]  # nothing lost
+
+
+def test_configs_from_another_space_are_refused(tiny_space, tmp_path):
+    from aows_core.space import get_space
+
+    write_uniform_configs(tiny_space, tmp_path / "c.parquet")
+    with pytest.raises(io.ArtifactError, match="sampled from space 'tiny'"):
+        profile(get_space("mobilenet_v1_fmnist"), "x", SYNTH, tmp_path / "c.parquet", tmp_path / "o.parquet",
+                tmp_path / "r", protocol(), 0, progress=False)
+
+
+def test_sigkilled_real_profiling_resumes_without_loss_or_duplicates(tiny_space, tmp_path):
+    """A torch-cpu profiling process killed with SIGKILL, then rerun, completes every job once."""
+    from aows_core.space import get_space
+
+    space = get_space("mobilenet_v1_fmnist")
+    write_uniform_configs(space, tmp_path / "c.parquet", (40, 10, 20))
+    cfg = json.dumps({"profiling": {"repeats": 10, "retest": 5, "reference_every": 10, "checkpoint_every": 1}})
+    cmd = [sys.executable, "-m", "aows_core.cli", "profile", "--config-json", cfg, "--device", "cpu",
+           "--configs", str(tmp_path / "c.parquet"), "--out", str(tmp_path / "cpu.parquet"),
+           "--resume-dir", str(tmp_path / "resume"), "--quiet"]
+    proc = subprocess.Popen(cmd)
+    journal = tmp_path / "resume" / "profile_cpu.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 12):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "cpu.parquet").exists()
+    n_before = len(journal.read_text().splitlines()) - 1
+    assert n_before >= 11
+    subprocess.run(cmd, check=True)
+    table, _ = io.read_table(tmp_path / "cpu.parquet", "latency")
+    jobs = table.column("job").to_pylist()
+    assert jobs == list(range(len(jobs)))
+    roles = table.column("role").to_pylist()
+    assert roles.count("sample") == 70 and roles.count("retest") == 5

@@ -1,0 +1,106 @@
+"""The Snakemake workflow: lint, formatting, dry-runs, and a tiny end-to-end run on the synthetic device."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aows_core import io
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEFILE = ROOT / "workflow" / "Snakefile"
+
+TINY = {
+    "seed": 0,
+    "space": {"preset": "mobilenet_v1_fmnist", "resolution": 8, "n_choices": 3, "width_mult": 0.25},
+    "devices": {
+        "synth": {"backend": "synthetic", "noise": 0.01, "drift": 0.1},
+        "flops": {"backend": "flops"},
+    },
+    "sampling": {"coverage": 2, "lambda_val": 20, "test": 40},
+    "profiling": {"repeats": 5, "retest": 10, "reference_every": 10},
+    "lut": {"lambdas": [0.0, 1e-3, 1e-1]},
+}
+
+
+def smk(workdir, *args, check=True):
+    cmd = ["snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), "--cores", "2", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=check)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("wf")
+    (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
+    r = smk(wd)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return wd
+
+
+def test_lint_and_format_are_clean():
+    lint = subprocess.run(["snakemake", "-s", str(SNAKEFILE), "--lint"], cwd=ROOT, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    fmt = subprocess.run(["snakefmt", "--check", str(ROOT / "workflow")], capture_output=True, text=True)
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+@pytest.mark.parametrize("profile", ["default", "slurm", "cluster-generic"])
+def test_dry_run_default_config_and_profiles(profile):
+    r = subprocess.run(
+        ["snakemake", "-n", "--profile", str(ROOT / "workflow" / "profiles" / profile)],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "validate_lut" in r.stdout
+
+
+def test_dry_run_imagenet_preset(tmp_path):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"space": {"preset": "mobilenet_v1_imagenet"}}))
+    r = smk(tmp_path, "-n")
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_bad_config_key_fails_at_parse_time(tmp_path):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"profiling": {"repetitions": 3}}))
+    r = smk(tmp_path, "-n", check=False)
+    assert r.returncode != 0 and "unknown key(s) ['repetitions']" in r.stdout + r.stderr
+
+
+def test_tiny_end_to_end_run_writes_every_artifact(tiny_run):
+    wd = tiny_run
+    kinds = {
+        "results/latency/configs.parquet": "configs",
+        "results/latency/synth.parquet": "latency",
+        "results/latency/flops.parquet": "latency",
+        "results/lut/synth/lut.parquet": "lut",
+        "results/lut/synth/fit.parquet": "lut_fit",
+        "results/lut/synth/validation.parquet": "lut_validation",
+        "results/lut/synth/predictions.parquet": "lut_predictions",
+        "results/lut/flops/lut.parquet": "lut",
+    }
+    for rel, kind in kinds.items():
+        table, meta = io.read_table(wd / rel, kind)
+        assert table.schema.remove_metadata().equals(io.SCHEMAS[kind]), rel
+        assert meta["aows_version"] and table.num_rows > 0
+    assert (wd / "results/lut/synth/validation.pdf").stat().st_size > 1000
+    assert (wd / "results/lut/synth/validation.png").exists()
+    v = io.read_table(wd / "results/lut/flops/validation.parquet", "lut_validation")[0].to_pylist()
+    assert v[0]["model"] == "lut" and v[0]["rmse_ms"] < 1e-3 * v[0]["n"]  # flops are exactly additive
+    out = subprocess.run(["aows", "inspect", str(wd / "results/lut/synth/lut.parquet")], capture_output=True, text=True)
+    assert "c_in: int32" in out.stdout and '"space_hash"' in out.stdout
+
+
+def test_second_run_does_nothing_and_a_setting_reruns_only_its_stages(tiny_run):
+    wd = tiny_run
+    r = smk(wd, "-n")
+    assert "Nothing to be done" in r.stdout + r.stderr
+    cfg = json.loads(json.dumps(TINY))
+    cfg["lut"]["ridge"] = 1e-5
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
+    r = smk(wd, "-n")
+    out = r.stdout
+    assert "fit_lut" in out and "validate_lut" in out
+    assert "rule profile:" not in out and "rule sample_configs:" not in out
+    (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
