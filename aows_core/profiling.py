@@ -6,8 +6,9 @@ least a third of the session later (role `retest`). The order is a seeded permut
 resumed session runs exactly the remaining jobs. Each finished job is appended to a journal kept
 outside Snakemake's outputs; the latency file is written (atomically) only when all jobs are done.
 
-Drift correction: the reference's statistic is interpolated over job order,
-drift_factor = ref(job) / baseline with baseline = the median of all reference measurements, and
+Drift correction: the reference's statistic, smoothed by a running median of 5 measurements (so a
+single disturbed reference is ignored), is interpolated over job order,
+drift_factor = ref(job) / baseline with baseline = the median of all (smoothed) reference measurements, and
 latency_ms = latency_ms_raw / drift_factor. Noise floor: σ_n = RMS((m₁ − m₂)/m̄)/√2 over retest pairs.
 """
 
@@ -34,6 +35,10 @@ STATISTICS = {
     "min": lambda s: float(np.min(s)),
     "p10": lambda s: float(np.percentile(s, 10)),
 }
+
+
+# References in the running median that estimates drift (odd; 1 disables smoothing).
+DRIFT_WINDOW = 5
 
 
 class ProfilingError(RuntimeError):
@@ -182,14 +187,25 @@ def retest_noise(rows: list[dict]) -> dict[str, float]:
     }
 
 
-def correct_drift(rows: list[dict]) -> tuple[list[dict], float]:
-    """Fill drift_factor and latency_ms from the reference measurements; returns rows and the baseline."""
+def running_median(values: np.ndarray, window: int) -> np.ndarray:
+    """Centred running median (the window shrinks at the ends): one disturbed reference is ignored."""
+    h = window // 2
+    return np.array([np.median(values[max(0, i - h) : i + h + 1]) for i in range(len(values))])
+
+
+def correct_drift(rows: list[dict], window: int = DRIFT_WINDOW) -> tuple[list[dict], float]:
+    """Fill drift_factor and latency_ms from the reference measurements; returns rows and the baseline.
+
+    The reference series is smoothed by a running median over `window` measurements before it is
+    interpolated, so a reference timed during a burst of interference does not distort its neighbours.
+    """
     refs = [(r["job"], r["latency_ms_raw"]) for r in rows if r["role"] == "reference"]
     if not refs:
         for r in rows:
             r["drift_factor"], r["latency_ms"] = 1.0, r["latency_ms_raw"]
         return rows, float("nan")
     jobs, vals = np.asarray(refs, dtype=np.float64).T
+    vals = running_median(vals, window)
     baseline = float(np.median(vals))
     for r in rows:
         f = float(np.interp(r["job"], jobs, vals)) / baseline
