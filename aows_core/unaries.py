@@ -1,0 +1,341 @@
+"""Unary statistics δ_i(c) of the chain energy, estimated during supernet training (§5 eq. average_error, §6).
+
+For every training sample t with a sampled configuration c^(t) the sandwich step gives the
+per-sample loss of that configuration and of the max configuration M on the same sample, from
+the same step's logits. Eq. average_error:
+
+    δ_i(c) = mean over { t : c_i^(t) = c } of  [ ℓ(x^(t), c^(t)) − ℓ(x^(t), M) ]
+
+for every searchable layer i (0-based here: layer i is node i+1 of the chain) and width c. No
+division by the number of layers: Σ_i δ_i(c_i) then over-counts the loss gap of a whole network by
+about (n_layers − 1) × the mean gap, a per-layer constant that shifts every configuration's Σδ by
+the same amount and therefore changes no decision (eq. viterbi / lagrange compare configurations).
+
+Two estimators, same interface:
+
+* `EpochUnaries` (OWS, §5: "the average over the last training epoch"): float64 running sums and
+  int64 counts per (layer, width), `reset()` at the start of each epoch. Sums and counts are plain
+  arrays (`sums`, `n`), so data-parallel ranks combine them by summation (`merge`, `all_reduce`).
+* `WindowUnaries(window=K)` (AOWS, §6): per (layer, width) the mean of its K most recent samples,
+  kept in a ring buffer; a width that stops being sampled keeps its last estimate. Window means are
+  not summable across ranks: gather each step's (widths_idx, diffs) from all ranks (in rank order)
+  and update every rank's copy with the gathered batch (`all_gather_update`), which keeps all
+  copies identical (and the AOWS sampler, which reads them, in step).
+
+`update(widths_idx, diffs)`: widths_idx are CHOICE INDICES (not channel counts), shape (B, n_layers)
+or (B, n+1) (the sampler's output; the fixed end nodes are dropped), or (R, B, ·) with diffs (R, B).
+Within a batch, samples are taken in order (row-major), which fixes what "most recent" means.
+`delta()` is NaN where the count is 0 (an unvisited width; the chain decoders resolve it with
+`chain.apply_unvisited`, never as 0 — pitfall 7). Numpy only, float64 throughout.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .space import SearchSpace
+
+__all__ = ["EpochUnaries", "WindowUnaries", "node_unaries", "all_gather_update"]
+
+
+def _sizes(space_or_sizes: SearchSpace | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(space_or_sizes, SearchSpace):
+        return tuple(len(c) for c in space_or_sizes.layer_choices)
+    sizes = tuple(int(k) for k in space_or_sizes)
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"layer sizes must be positive integers, got {list(sizes)}")
+    return sizes
+
+
+def node_unaries(delta: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Per-node unaries of the chain (nodes 0..n): zeros on the fixed end nodes around the layers' δ."""
+    return [np.zeros(1)] + [np.asarray(d, dtype=np.float64) for d in delta] + [np.zeros(1)]
+
+
+class _Unaries:
+    """Shared validation, layout and export of the two estimators."""
+
+    kind = "base"
+
+    def __init__(self, space_or_sizes: SearchSpace | Sequence[int]):
+        self.sizes = _sizes(space_or_sizes)
+        self.n_layers = len(self.sizes)
+        self.K = max(self.sizes)
+        self._valid = np.zeros((self.n_layers, self.K), dtype=bool)
+        for i, k in enumerate(self.sizes):
+            self._valid[i, :k] = True
+        self._sizes_arr = np.asarray(self.sizes, dtype=np.int64)
+
+    # ---- input ------------------------------------------------------------------------------
+    def _cells(self, widths_idx, diffs) -> tuple[np.ndarray, np.ndarray]:
+        """Flat cell ids (layer·K + choice), shape (N, n_layers), and float64 diffs (N,), validated."""
+        w = np.asarray(widths_idx)
+        d = np.asarray(diffs, dtype=np.float64)
+        L = self.n_layers
+        if w.ndim < 2:
+            raise ValueError(f"widths_idx must be (B, {L}) or (B, {L + 2}) choice indices, got shape {w.shape}")
+        if w.shape[-1] == L + 2:
+            w = w[..., 1:-1]
+        elif w.shape[-1] != L:
+            raise ValueError(f"widths_idx has {w.shape[-1]} columns; expected {L} layers (or {L + 2} chain nodes)")
+        if d.shape != w.shape[:-1]:
+            raise ValueError(f"diffs must have shape {w.shape[:-1]} (one per sample), got {d.shape}")
+        if not np.issubdtype(w.dtype, np.integer):
+            if not np.all(np.equal(np.mod(w, 1), 0)):
+                raise ValueError("widths_idx must hold integer choice indices (not channel counts or floats)")
+        w = w.reshape(-1, L).astype(np.int64, copy=False)
+        d = d.reshape(-1)
+        if w.size and ((w < 0).any() or (w >= self._sizes_arr).any()):
+            bad = np.argwhere((w < 0) | (w >= self._sizes_arr))[0]
+            raise ValueError(
+                f"choice index {int(w[bad[0], bad[1]])} at layer {int(bad[1])} is outside 0..{self.sizes[bad[1]] - 1} "
+                "(widths_idx takes choice indices, not channel counts)"
+            )
+        if not np.isfinite(d).all():
+            j = int(np.flatnonzero(~np.isfinite(d))[0])
+            raise ValueError(f"non-finite loss difference {d[j]} for sample {j}; refusing to poison the unaries")
+        return w + (np.arange(L, dtype=np.int64) * self.K)[None, :], d
+
+    # ---- output -----------------------------------------------------------------------------
+    def _padded(self) -> tuple[np.ndarray, np.ndarray]:
+        """(L, K) float64 δ (NaN where count 0 and on padding) and (L, K) int64 counts."""
+        raise NotImplementedError
+
+    def delta(self) -> list[np.ndarray]:
+        """δ_i(c) per searchable layer (eq. average_error), float64, NaN where the count is 0."""
+        d, _ = self._padded()
+        return [d[i, :k].copy() for i, k in enumerate(self.sizes)]
+
+    def counts(self) -> list[np.ndarray]:
+        """Number of samples behind each δ_i(c), int64 (for windows: how many the window holds)."""
+        _, n = self._padded()
+        return [n[i, :k].copy() for i, k in enumerate(self.sizes)]
+
+    def node_unaries(self) -> list[np.ndarray]:
+        """δ of every chain node 0..n (zeros on the fixed ends, NaN where unvisited)."""
+        return node_unaries(self.delta())
+
+    def rows(self, space: SearchSpace, epoch: int) -> list[dict[str, Any]]:
+        """Records of the "unaries" schema: layer, width, delta (None iff count 0), count, epoch."""
+        if _sizes(space) != self.sizes:
+            raise ValueError(f"space {space.name!r} has layer sizes {list(_sizes(space))}, these unaries {list(self.sizes)}")
+        d, n = self._padded()
+        out = []
+        for i, widths in enumerate(space.layer_choices):
+            for j, w in enumerate(widths):
+                cnt = int(n[i, j])
+                out.append(
+                    {
+                        "layer": i,
+                        "width": int(w),
+                        "delta": float(d[i, j]) if cnt > 0 else None,
+                        "count": cnt,
+                        "epoch": int(epoch),
+                    }
+                )
+        return out
+
+    def _check_state(self, state: dict, keys: Sequence[str]) -> None:
+        if state.get("kind") != self.kind:
+            raise ValueError(f"state of a {state.get('kind')!r} estimator cannot be loaded into a {self.kind!r} one")
+        if tuple(int(k) for k in state.get("sizes", ())) != self.sizes:
+            raise ValueError(f"state has layer sizes {list(state.get('sizes', ()))}, this estimator {list(self.sizes)}")
+        for k in keys:
+            if k not in state:
+                raise ValueError(f"unaries state lacks {k!r}")
+
+
+class EpochUnaries(_Unaries):
+    """OWS statistics (§5): float64 sums and int64 counts per (layer, width) since the last `reset()`."""
+
+    kind = "epoch"
+
+    def __init__(self, space_or_sizes: SearchSpace | Sequence[int]):
+        super().__init__(space_or_sizes)
+        self.sums = np.zeros((self.n_layers, self.K), dtype=np.float64)  # raw, summable across ranks
+        self.n = np.zeros((self.n_layers, self.K), dtype=np.int64)
+
+    def reset(self) -> None:
+        """Start a new averaging period (an epoch)."""
+        self.sums[:] = 0.0
+        self.n[:] = 0
+
+    def update(self, widths_idx, diffs) -> None:
+        """Add samples: widths_idx (B, n_layers) choice indices, diffs (B,) = ℓ(x, c) − ℓ(x, M)."""
+        cells, d = self._cells(widths_idx, diffs)
+        if d.size == 0:
+            return
+        size = self.n_layers * self.K
+        flat = cells.ravel()
+        self.sums += np.bincount(flat, weights=np.repeat(d, self.n_layers), minlength=size).reshape(self.sums.shape)
+        self.n += np.bincount(flat, minlength=size).reshape(self.n.shape)
+
+    def _padded(self) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            d = np.where(self.n > 0, self.sums / np.maximum(self.n, 1), np.nan)
+        return d, self.n.copy()
+
+    # ---- data parallel ----------------------------------------------------------------------
+    def merge(self, other: "EpochUnaries") -> "EpochUnaries":
+        """Add another rank's (or period's) sums and counts into this one."""
+        if not isinstance(other, EpochUnaries) or other.sizes != self.sizes:
+            raise ValueError("can only merge EpochUnaries of the same layer sizes")
+        self.sums += other.sums
+        self.n += other.n
+        return self
+
+    def all_reduce(self, reduce_fn: Callable[[np.ndarray], np.ndarray] | None = None) -> "EpochUnaries":
+        """Sum sums and counts over data-parallel ranks: reduce_fn(array) → the elementwise sum over ranks.
+
+        Default: torch.distributed all_reduce (SUM) if a process group is initialised, else nothing.
+        """
+        if reduce_fn is None:
+            reduce_fn = _torch_all_reduce()
+            if reduce_fn is None:
+                return self
+        self.sums = np.asarray(reduce_fn(self.sums), dtype=np.float64).reshape(self.sums.shape).copy()
+        self.n = np.asarray(reduce_fn(self.n), dtype=np.int64).reshape(self.n.shape).copy()
+        return self
+
+    # ---- resume -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "sizes": list(self.sizes), "sums": self.sums.copy(), "n": self.n.copy()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._check_state(state, ("sums", "n"))
+        sums = np.asarray(state["sums"], dtype=np.float64)
+        n = np.asarray(state["n"], dtype=np.int64)
+        if sums.shape != self.sums.shape or n.shape != self.n.shape:
+            raise ValueError(f"unaries state arrays have shapes {sums.shape}, {n.shape}; expected {self.sums.shape}")
+        self.sums, self.n = sums.copy(), n.copy()
+
+
+class WindowUnaries(_Unaries):
+    """AOWS statistics (§6): per (layer, width) the mean of its `window` most recent samples (a ring buffer)."""
+
+    kind = "window"
+
+    def __init__(self, space_or_sizes: SearchSpace | Sequence[int], window: int):
+        super().__init__(space_or_sizes)
+        window = int(window)
+        if window < 1:
+            raise ValueError(f"window must be ≥ 1, got {window}")
+        self.window = window
+        self.buf = np.zeros((self.n_layers * self.K, window), dtype=np.float64)  # cell × slot
+        self.pos = np.zeros(self.n_layers * self.K, dtype=np.int64)  # next slot to write
+        self.seen = np.zeros(self.n_layers * self.K, dtype=np.int64)  # samples ever received
+
+    def reset(self) -> None:
+        self.buf[:] = 0.0
+        self.pos[:] = 0
+        self.seen[:] = 0
+
+    def update(self, widths_idx, diffs) -> None:
+        """Add samples in order: each (layer, width) cell keeps only its `window` most recent differences."""
+        cells, d = self._cells(widths_idx, diffs)
+        if d.size == 0:
+            return
+        flat = cells.ravel()  # row-major: sample order first, so arrival order within a cell is sample order
+        vals = np.repeat(d, self.n_layers)
+        order = np.argsort(flat, kind="stable")
+        fc, fv = flat[order], vals[order]
+        starts = np.flatnonzero(np.r_[True, fc[1:] != fc[:-1]])
+        lengths = np.diff(np.r_[starts, fc.size])
+        rank = np.arange(fc.size) - np.repeat(starts, lengths)  # arrival rank within its cell
+        total = np.repeat(lengths, lengths)
+        keep = rank >= total - self.window  # only the last `window` arrivals of a cell can survive
+        fc, fv, rank = fc[keep], fv[keep], rank[keep]
+        slot = (self.pos[fc] + rank) % self.window  # distinct within a cell after the filter
+        self.buf[fc, slot] = fv
+        add = np.bincount(flat, minlength=self.pos.size)
+        self.pos = (self.pos + add) % self.window
+        self.seen += add
+
+    def _padded(self) -> tuple[np.ndarray, np.ndarray]:
+        n = np.minimum(self.seen, self.window)
+        s = self.buf.sum(1)  # unused slots hold 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            d = np.where(n > 0, s / np.maximum(n, 1), np.nan)
+        shape = (self.n_layers, self.K)
+        return d.reshape(shape), n.reshape(shape)
+
+    def total_seen(self) -> list[np.ndarray]:
+        """How many samples each (layer, width) received in all (not only those in the window)."""
+        s = self.seen.reshape(self.n_layers, self.K)
+        return [s[i, :k].copy() for i, k in enumerate(self.sizes)]
+
+    def merge(self, other: Any) -> "WindowUnaries":
+        raise TypeError(
+            "window means are not summable across ranks; gather each step's (widths_idx, diffs) from every rank and "
+            "update each copy with the gathered batch (see all_gather_update)"
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "sizes": list(self.sizes),
+            "window": self.window,
+            "buf": self.buf.copy(),
+            "pos": self.pos.copy(),
+            "seen": self.seen.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._check_state(state, ("window", "buf", "pos", "seen"))
+        if int(state["window"]) != self.window:
+            raise ValueError(f"state has window {state['window']}, this estimator {self.window}")
+        buf = np.asarray(state["buf"], dtype=np.float64)
+        if buf.shape != self.buf.shape:
+            raise ValueError(f"unaries state buffer has shape {buf.shape}; expected {self.buf.shape}")
+        self.buf = buf.copy()
+        self.pos = np.asarray(state["pos"], dtype=np.int64).reshape(self.pos.shape).copy()
+        self.seen = np.asarray(state["seen"], dtype=np.int64).reshape(self.seen.shape).copy()
+
+
+def _torch_all_reduce() -> Callable[[np.ndarray], np.ndarray] | None:
+    """A SUM all-reduce of numpy arrays through torch.distributed, or None without a process group."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover
+        return None
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+
+    def fn(a: np.ndarray) -> np.ndarray:
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        if dist.get_backend() == "nccl":
+            t = t.cuda()
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.cpu().numpy()
+
+    return fn
+
+
+def all_gather_update(est: _Unaries, widths_idx, diffs, gather_fn: Callable[[np.ndarray], list[np.ndarray]] | None = None) -> None:
+    """Update `est` with the (widths_idx, diffs) of every data-parallel rank, in rank order.
+
+    gather_fn(array) → list of that array from every rank (equal shapes); default: torch.distributed
+    all_gather_object when a process group is initialised, else this rank's batch alone.
+    """
+    w = np.asarray(widths_idx)
+    d = np.asarray(diffs, dtype=np.float64)
+    if gather_fn is None:
+        try:
+            import torch.distributed as dist
+        except ImportError:  # pragma: no cover
+            dist = None
+        if dist is not None and dist.is_available() and dist.is_initialized():
+
+            def gather_fn(a: np.ndarray) -> list[np.ndarray]:
+                out: list[Any] = [None] * dist.get_world_size()
+                dist.all_gather_object(out, a)
+                return out
+
+    if gather_fn is None:
+        est.update(w, d)
+        return
+    ws, ds = gather_fn(w), gather_fn(d)
+    est.update(np.concatenate([np.asarray(x) for x in ws], axis=-2), np.concatenate([np.asarray(x) for x in ds], axis=-1))

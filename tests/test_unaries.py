@@ -1,0 +1,277 @@
+"""Unary statistics (§5 eq. average_error), their window variant, and the AOWS sampler and schedule (§6, supp. B)."""
+
+import numpy as np
+import pytest
+
+from aows_core import io
+from aows_core.aows import AOWSSampler, TemperatureSchedule, temperature_at, temperature_scale, uniform_configs
+from aows_core.chain import Chain, InfeasibleTarget
+from aows_core.decode import latency_range, lut_tables, read_unaries
+from aows_core.devices.flops import variable_macs
+from aows_core.unaries import EpochUnaries, WindowUnaries, all_gather_update
+
+SIZES = (3, 4, 5, 4, 3)
+
+
+def draws(n, rng, sizes=SIZES):
+    return np.stack([rng.integers(0, k, n) for k in sizes], 1)
+
+
+# ---- eq. average_error ---------------------------------------------------------------------------
+@pytest.mark.parametrize("est", ["epoch", "window"])
+def test_additive_losses_are_recovered_up_to_a_layer_constant(est):
+    rng = np.random.default_rng(0)
+    f = [rng.normal(0, 1, k) for k in SIZES]
+    N = 40_000
+    idx = draws(N, rng)
+    diff = sum(f[i][idx[:, i]] for i in range(len(SIZES))) + rng.normal(0, 0.2, N)
+    u = EpochUnaries(SIZES) if est == "epoch" else WindowUnaries(SIZES, window=N)
+    for chunk in np.array_split(np.arange(N), 7):
+        u.update(idx[chunk], diff[chunk])
+    means = [fi.mean() for fi in f]
+    for i, d in enumerate(u.delta()):
+        assert d.dtype == np.float64
+        const = sum(means) - means[i]  # the mean effect of the other layers under uniform sampling
+        # standard error ≈ sqrt(Σ var f_j + noise²) / sqrt(N / k) ≈ 0.025; allow 5 of them
+        np.testing.assert_allclose(d - f[i], const, atol=0.12)
+        np.testing.assert_allclose((d - f[i]) - (d - f[i]).mean(), 0, atol=0.12)
+    assert sum(c.sum() for c in u.counts()) == N * len(SIZES)
+
+
+def test_epoch_unaries_exact_means_nan_and_reset():
+    u = EpochUnaries((2, 3))
+    u.update([[0, 2], [1, 2], [0, 0]], [1.0, 2.0, 4.0])
+    d, n = u.delta(), u.counts()
+    np.testing.assert_array_equal(n[0], [2, 1])
+    np.testing.assert_array_equal(n[1], [1, 0, 2])
+    np.testing.assert_allclose(d[0], [2.5, 2.0])
+    assert d[1][0] == 4.0 and np.isnan(d[1][1]) and d[1][2] == 1.5
+    assert u.sums.dtype == np.float64 and u.n.dtype == np.int64
+    nodes = u.node_unaries()
+    assert len(nodes) == 4 and nodes[0].tolist() == [0.0] and nodes[-1].tolist() == [0.0]
+    u.reset()
+    assert all(np.isnan(x).all() for x in u.delta())
+
+
+def test_float64_accumulation():
+    u = EpochUnaries((1,))
+    for _ in range(5):
+        u.update(np.zeros((200_000, 1), int), np.full(200_000, 0.1) + 1e4)
+    assert u.delta()[0][0] == pytest.approx(1e4 + 0.1, rel=1e-9)  # float32 sums would be off by ~1e-5 or worse
+
+
+def test_window_keeps_the_last_k_in_order_and_stale_widths_keep_their_estimate():
+    u = WindowUnaries((2,), window=3)
+    u.update([[0], [0], [1]], [1.0, 2.0, 10.0])
+    u.update([[0], [0], [0]], [3.0, 4.0, 5.0])  # width 0 saw 1..5: the window holds 3, 4, 5
+    np.testing.assert_allclose(u.delta()[0], [4.0, 10.0])  # width 1 was not sampled again: keeps 10
+    np.testing.assert_array_equal(u.counts()[0], [3, 1])
+    np.testing.assert_array_equal(u.total_seen()[0], [5, 1])
+    u.update([[0]] * 7, np.arange(7.0))  # more than the window in one batch: the last 3 win
+    assert u.delta()[0][0] == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("est", ["epoch", "window"])
+def test_batched_update_equals_one_sample_at_a_time(est):
+    rng = np.random.default_rng(1)
+    idx = draws(300, rng)
+    d = rng.normal(size=300)
+    make = (lambda: EpochUnaries(SIZES)) if est == "epoch" else (lambda: WindowUnaries(SIZES, window=7))
+    a, b = make(), make()
+    a.update(idx, d)
+    for k in range(300):
+        b.update(idx[k : k + 1], d[k : k + 1])
+    for x, y in zip(a.delta(), b.delta()):
+        np.testing.assert_allclose(x, y, rtol=1e-12)
+    # (R, B, ·) input and (B, n+1) chain-node input are accepted
+    c = make()
+    nodes = np.c_[np.zeros(300, int), idx, np.zeros(300, int)]
+    c.update(nodes.reshape(3, 100, -1), d.reshape(3, 100))
+    for x, y in zip(a.delta(), c.delta()):
+        np.testing.assert_allclose(x, y, rtol=1e-12)
+
+
+@pytest.mark.parametrize("est", ["epoch", "window"])
+def test_state_dict_resume_is_exact(est):
+    rng = np.random.default_rng(2)
+    make = (lambda: EpochUnaries(SIZES)) if est == "epoch" else (lambda: WindowUnaries(SIZES, window=5))
+    a = make()
+    a.update(draws(50, rng), rng.normal(size=50))
+    b = make()
+    b.load_state_dict(a.state_dict())
+    more = draws(20, rng), rng.normal(size=20)
+    a.update(*more)
+    b.update(*more)
+    for x, y in zip(a.delta(), b.delta()):
+        np.testing.assert_array_equal(x, y)
+    with pytest.raises(ValueError):
+        EpochUnaries((2, 2)).load_state_dict(a.state_dict())
+
+
+def test_data_parallel_merge_and_gather():
+    rng = np.random.default_rng(3)
+    parts = [(draws(40, rng), rng.normal(size=40)) for _ in range(3)]
+    whole = EpochUnaries(SIZES)
+    for p in parts:
+        whole.update(*p)
+    ranks = []
+    for p in parts:
+        r = EpochUnaries(SIZES)
+        r.update(*p)
+        ranks.append(r)
+    merged = EpochUnaries(SIZES)
+    for r in ranks:
+        merged.merge(r)
+    reduced = EpochUnaries(SIZES)
+    reduced.update(*parts[0])
+    # what an all-reduce (SUM) over the three ranks returns for each raw array
+    reduced.all_reduce(lambda a: sum(r.sums for r in ranks) if a.dtype == np.float64 else sum(r.n for r in ranks))
+    for x, y, z in zip(whole.delta(), merged.delta(), reduced.delta()):
+        np.testing.assert_allclose(x, y, rtol=1e-12)
+        np.testing.assert_allclose(x, z, rtol=1e-12)
+    # windows: gather the step's updates from every rank, in rank order
+    w1, w2 = WindowUnaries(SIZES, 4), WindowUnaries(SIZES, 4)
+    w1.update(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    calls = iter([[p[0] for p in parts], [p[1] for p in parts]])
+    all_gather_update(w2, parts[0][0], parts[0][1], gather_fn=lambda a: next(calls))
+    for x, y in zip(w1.delta(), w2.delta()):
+        np.testing.assert_array_equal(x, y)
+    with pytest.raises(TypeError, match="not summable"):
+        w1.merge(w2)
+
+
+def test_invalid_inputs_are_refused():
+    u = EpochUnaries(SIZES)
+    with pytest.raises(ValueError, match="choice indices"):
+        u.update([[16, 0, 0, 0, 0]], [0.0])  # a channel count, not an index
+    with pytest.raises(ValueError, match="non-finite"):
+        u.update([[0] * 5], [np.nan])
+    with pytest.raises(ValueError, match="columns"):
+        u.update([[0] * 4], [0.0])
+
+
+def test_rows_round_trip_through_the_artifact(tmp_path, tiny_space):
+    rng = np.random.default_rng(4)
+    sizes = [len(c) for c in tiny_space.layer_choices]
+    u = EpochUnaries(tiny_space)
+    idx = draws(30, rng, sizes)
+    idx[:, 0] = 0  # width index 1.. of layer 0 never visited
+    u.update(idx, rng.normal(size=30))
+    rows = u.rows(tiny_space, epoch=3)
+    assert len(rows) == sum(sizes)
+    assert all((r["delta"] is None) == (r["count"] == 0) for r in rows)
+    path = tmp_path / "unaries.parquet"
+    io.write_records(rows, path, "unaries", io.provenance(space_name=tiny_space.name, space_hash=tiny_space.hash))
+    back, _, epoch = read_unaries(path, tiny_space)
+    assert epoch == 3
+    for a, b in zip(back, u.node_unaries()):
+        np.testing.assert_array_equal(a, b)
+
+
+# ---- supplementary B: temperature schedule ---------------------------------------------------------
+def test_temperature_schedule_anchors():
+    sch = TemperatureSchedule(warmup=5, epochs=20)
+    for epoch, T in [(5, 1.0), (6, 1e-2), (10, 1e-3), (20, 5e-4), (0, 1.0), (3.5, 1.0), (25, 5e-4)]:
+        assert sch(epoch) == pytest.approx(T, rel=1e-12)
+    assert sch(5.5) == pytest.approx(1e-1, rel=1e-12)  # log-linear between anchors
+    assert sch(8) == pytest.approx(10 ** -2.5, rel=1e-12)
+    ts = [sch(e) for e in np.linspace(5, 20, 301)]
+    assert all(a >= b for a, b in zip(ts, ts[1:]))
+    assert sch.at_step(5, 50, 100) == pytest.approx(1e-1, rel=1e-12)
+    assert temperature_at(1 / 15) == pytest.approx(1e-2)
+    with pytest.raises(ValueError):
+        TemperatureSchedule(warmup=5, epochs=5)
+
+
+# ---- §6: the AOWS sampler -------------------------------------------------------------------------
+@pytest.fixture
+def setting(tiny_space):
+    rng = np.random.default_rng(5)
+    x = variable_macs(tiny_space) / 1e6
+    lo, hi, _, _ = latency_range(tiny_space, x)
+    # δ falls with width (wider is better), plus noise: a genuine trade-off against latency
+    delta = [np.linspace(0.5, 0.0, len(c)) * (1 + i % 3) + rng.normal(0, 0.05, len(c)) for i, c in enumerate(tiny_space.layer_choices)]
+    return tiny_space, x, lo, hi, delta
+
+
+def test_temperature_scale_is_the_energy_spread(setting):
+    space, x, lo, hi, delta = setting
+    u = [np.zeros(1)] + delta + [np.zeros(1)]
+    ch = Chain(u, lut_tables(space, x))
+    un = np.random.default_rng(0).random((1000, space.n_nodes))
+    s = temperature_scale(ch, gamma=0.3, uniforms=un)
+    paths = uniform_configs(space, 1000, np.random.default_rng(0))
+    e = ch.objective(paths) + 0.3 * ch.latency(paths)
+    assert s == pytest.approx(np.std(e), rel=1e-12)
+    scaled = Chain([3 * a for a in u], [3 * t for t in lut_tables(space, x)])
+    assert temperature_scale(scaled, gamma=0.3, uniforms=un) == pytest.approx(3 * s, rel=1e-12)
+    assert temperature_scale(u, lut_tables(space, x), 0.3, np.random.default_rng(0)) == pytest.approx(s, rel=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["per_node", "joint"])
+def test_low_temperature_concentrates_on_the_lagrangian_minimiser(setting, mode):
+    space, x, lo, hi, delta = setting
+    target = lo + 0.4 * (hi - lo)
+    smp = AOWSSampler(space, x, target, mode=mode)
+    rng = np.random.default_rng(6)
+    out = smp.sample(delta, 1e-4, 4000, rng)
+    g = smp.last["gamma"]
+    ch = smp.chain(delta)
+    assert g == pytest.approx(ch.decode(target).gamma) and g > 0
+    lows, highs = ch.solve(g, tie="low"), ch.solve(g, tie="high")  # the minimisers tied at γ*
+    if mode == "joint":
+        hit = (out == lows).all(1) | (out == highs).all(1)
+        assert hit.mean() >= 0.99
+    else:
+        assert (((out == lows) | (out == highs)).mean(0) >= 0.99).all()
+    # with a target above the unconstrained optimum γ = 0 and the minimiser is unique here
+    smp0 = AOWSSampler(space, x, hi, mode=mode)
+    out0 = smp0.sample(delta, 1e-4, 2000, rng)
+    assert smp0.last["gamma"] == 0.0
+    assert ((out0 == smp0.decoded_path).all(1)).mean() >= 0.99
+
+
+def test_marginals_are_the_chain_marginals_at_t_times_s_and_uniform_at_high_t(setting):
+    space, x, lo, hi, delta = setting
+    smp = AOWSSampler(space, x, lo + 0.5 * (hi - lo))
+    mg = smp.marginals(delta, 0.7)
+    ch = smp.chain(delta)
+    ref = ch.marginals(smp.gamma, 0.7 * smp.s)
+    for a, b in zip(mg.probs, ref.probs):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert smp.last["effective_temperature"] == pytest.approx(0.7 * smp.s)
+    hot = smp.marginals(delta, 1e3)
+    for p in hot.probs:
+        np.testing.assert_allclose(p, 1.0 / p.size, atol=2e-3)
+
+
+def test_refresh_policy_and_state(setting):
+    space, x, lo, hi, delta = setting
+    smp = AOWSSampler(space, x, lo + 0.5 * (hi - lo), refresh=3, scale=0.5)
+    rng = np.random.default_rng(7)
+    seen = []
+    for k in range(6):
+        d = [a * (1 + k) for a in delta]  # unaries change every step; γ only at refreshes
+        smp.sample(d, 0.1, 8, rng)
+        seen.append((smp.last["refreshed"], smp.last["gamma"], smp.last["scale"]))
+    assert [r for r, _, _ in seen] == [True, False, False, True, False, False]
+    assert seen[0][1] == seen[1][1] == seen[2][1] != seen[3][1]
+    assert all(s == 0.5 for _, _, s in seen)
+    other = AOWSSampler(space, x, lo + 0.5 * (hi - lo), refresh=3, scale=0.5)
+    other.load_state_dict(smp.state_dict())
+    assert other.step == 6 and other.gamma == smp.gamma
+
+
+def test_unvisited_policies_and_infeasible_target(setting):
+    space, x, lo, hi, delta = setting
+    d = [a.copy() for a in delta]
+    d[1][-1] = np.nan  # never visited
+    rng = np.random.default_rng(8)
+    ex = AOWSSampler(space, x, hi, policy="exclude").sample(d, 10.0, 2000, rng)
+    assert not (ex[:, 2] == len(d[1]) - 1).any()
+    pes = AOWSSampler(space, x, hi, policy="pessimistic").sample(d, 10.0, 2000, rng)
+    assert (pes[:, 2] == len(d[1]) - 1).any()
+    with pytest.raises(InfeasibleTarget):
+        AOWSSampler(space, x, lo * 0.5)
+    with pytest.raises(ValueError, match="mode"):
+        AOWSSampler(space, x, hi, mode="product")
