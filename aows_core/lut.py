@@ -19,8 +19,8 @@ r = A x − l and hinge slacks s,
 
     min_{x,r,s} rᵀr + λ 1ᵀs + ρ xᵀx   s.t.  A x − r = l,  V x − s ≤ 0,  s ≥ 0,  x ≥ 0.
 
-λ enters only the linear term q, so one KKT factorisation serves a whole λ grid (OSQP's
-``update(q=...)`` with warm starts). Latencies are divided by their median before the solve (units
+λ enters only the linear term q. Each λ of the grid is one independent cold solve (measured faster
+here than reusing one factorisation with ``update(q=...)``, see `fit_lut`). Latencies are divided by their median before the solve (units
 of "one typical network"), so the default grid DEFAULT_LAMBDAS = (0, 1e-4, 1e-3, 1e-2, 0.1, 1, 10) and
 the ridge (DEFAULT_RIDGE = 1e-6 times the mean diagonal of AᵀA) are dimensionless and transfer across
 devices; FitResult.lam reports λ in the units of
@@ -47,24 +47,26 @@ DEFAULT_LAMBDAS: tuple[float, ...] = (0.0, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 DEFAULT_RIDGE: float = 1e-6
 # A prior inequality counts as violated when (V x)_k exceeds this fraction of median(l) (above solver tolerance).
 VIOLATION_TOL: float = 1e-4
-# OSQP settings, tuned at paper scale (bench/bench_lut_fit.py): eps 1e-5 keeps whole-network predictions
-# within ~2e-4 (relative) of the exact optimum; rho = 1 suits the median-scaled problem; the duality-gap
-# test and polishing are off (polishing never succeeded at paper scale, and each attempt costs a
-# factorisation of the reduced KKT system). Cost at paper scale (1612 variables, 9500 networks): the KKT
-# factor is dense on the x block (AᵀA's pattern fills in), ~1.4M nonzeros, so setup takes ~0.7 s and an
-# ADMM iteration ~2.4 ms; the flat (gauge) directions of the rank-deficient system, pinned only by the
-# prior, x ≥ 0 and the tiny ridge, take 500–3000 iterations per λ.
+# OSQP settings, tuned at paper scale (bench/bench_lut_fit.py; 1612 variables, 9500 networks). The KKT
+# factor is dense on the x block (every pair of layers co-occurs, so AᵀA's pattern fills in, ~1.4M
+# nonzeros): MKL Pardiso (`osqp_algebra`) factorises it in ~0.2 s and an ADMM iteration costs ~2 ms.
+# eps 2e-4 keeps whole-network predictions within ~5e-4 (relative) of the exact optimum — far below
+# timing noise; rho = 10 suits the median-scaled problem (50–250 iterations per λ); adaptive rho waits
+# 500 iterations because every rho update refactorises; the duality-gap test and polishing are off
+# (polishing never succeeded at paper scale and costs a factorisation).
 OSQP_SETTINGS: dict[str, Any] = dict(
-    eps_abs=1e-5,
-    eps_rel=1e-5,
-    rho=1.0,
+    eps_abs=2e-4,
+    eps_rel=2e-4,
+    check_termination=5,
+    rho=10.0,
     adaptive_rho=True,
+    adaptive_rho_interval=500,
     check_dualgap=False,
     polishing=False,
     max_iter=100_000,
     scaling=10,
     verbose=False,
-    warm_starting=True,
+    warm_starting=False,
 )
 
 DIRECTIONS = ("c_in", "c_out", "size")
@@ -206,6 +208,33 @@ def check_pairs(space: SearchSpace, pairs: np.ndarray) -> dict[str, int]:
 
 
 # ---- the fit (§4 eq. linear_lat + soft monotonicity prior) --------------------------------------
+def osqp_algebra() -> str:
+    """OSQP's MKL algebra (Pardiso: supernodal, threaded) when installed, else its builtin QDLDL.
+
+    Every pair of layers co-occurs in some profiled network, so the factor is dense on the
+    variables' block; Pardiso factorises and solves it several times faster than QDLDL.
+    `osqp-mkl` links `libiomp5.so` and `libmkl_rt.so.2` (pip's `intel-openmp` and `mkl` < 2026),
+    which pip puts in the environment's lib/ folder, off the loader's path: they are loaded here.
+    """
+    import ctypes
+    import glob
+    import os
+    import sys
+
+    import osqp
+
+    if "mkl" not in osqp.algebras_available():
+        for prefix in dict.fromkeys([sys.prefix, sys.base_prefix]):
+            for name in ("libiomp5.so", "libmkl_rt.so.2"):
+                for lib in glob.glob(os.path.join(prefix, "lib", name)):
+                    try:
+                        ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                    except OSError:
+                        pass
+    return "mkl" if "mkl" in osqp.algebras_available() else "builtin"
+
+
+
 @dataclass
 class FitResult:
     """One solve of min ‖Ax − l‖² + λ‖max(Vx, 0)‖₁ + ρ‖x‖², x ≥ 0 (§4); x and lam in the units of l (ms)."""
@@ -272,7 +301,7 @@ def fit_lut(
     space: SearchSpace | None = None,
     **osqp_settings: Any,
 ) -> list[FitResult]:
-    """Solve §4's min ‖Ax − l‖² + λ‖max(Vx, 0)‖₁ + ρ‖x‖², x ≥ 0 for each λ (relative units) with one OSQP factorisation."""
+    """Solve §4's min ‖Ax − l‖² + λ‖max(Vx, 0)‖₁ + ρ‖x‖², x ≥ 0 for each λ (relative units), one cold OSQP solve each."""
     import osqp
 
     A, l, V = _check_inputs(A, l, V, space)
@@ -304,18 +333,17 @@ def fit_lut(
     def q_of(lam_rel: float) -> np.ndarray:
         return np.concatenate([np.zeros(n + P_rows), np.full(K, lam_rel)])
 
-    solver = osqp.OSQP()
-    t0 = time.perf_counter()
-    solver.setup(H, q_of(lambdas[0]), C, lo, hi, **settings)
-    setup_s = time.perf_counter() - t0
-
+    algebra = osqp_algebra()
     results: list[FitResult] = []
-    for j, lam_rel in enumerate(lambdas):
+    for lam_rel in lambdas:
+        # One independent, cold solve per λ: OSQP scales the problem with the λ's own cost vector and
+        # starts from the initial rho. (Reusing one factorisation through update(q=...) converged
+        # 3-10× slower here, which cost more than the repeated setup.)
         t0 = time.perf_counter()
-        if j > 0:
-            solver.update(q=q_of(lam_rel))
+        solver = osqp.OSQP(algebra=algebra)
+        solver.setup(H, q_of(lam_rel), C, lo, hi, **settings)
         res = solver.solve(raise_error=False)
-        solve_s = time.perf_counter() - t0 + (setup_s if j == 0 else 0.0)
+        solve_s = time.perf_counter() - t0
         status = str(res.info.status)
         if res.info.status_val != osqp.SolverStatus.OSQP_SOLVED:
             raise LUTFitError(
@@ -416,6 +444,46 @@ def lambda_scan(
     best = int(np.argmin([r["val_rmse_ms"] for r in rows]))  # first minimum: ties go to the earlier grid entry
     rows[best]["chosen"] = True
     return best, results, rows
+
+
+def robust_lambda_scan(
+    A_tr: sp.spmatrix,
+    l_tr: np.ndarray,
+    A_val: sp.spmatrix,
+    l_val: np.ndarray,
+    V: sp.spmatrix,
+    lambdas: Sequence[float] = DEFAULT_LAMBDAS,
+    ridge: float = DEFAULT_RIDGE,
+    threshold: float = 4.0,
+    max_rounds: int = 3,
+    space: SearchSpace | None = None,
+) -> tuple[int, list[FitResult], list[dict[str, Any]], np.ndarray]:
+    """`lambda_scan` with outlier rejection: refit without networks whose relative residual exceeds
+    `threshold` robust standard deviations (1.4826·MAD), recomputed on all rows each round.
+
+    A network timed during a burst of interference on a shared machine is off by tens of percent,
+    and least squares spreads that error over every variable it uses. A row that is the only
+    observation of some variable is always kept. Returns the scan of the last round and the mask of
+    kept rows; threshold ≤ 0 disables rejection.
+    """
+    l_tr = np.asarray(l_tr, dtype=np.float64)
+    A_tr = sp.csr_matrix(A_tr)
+    keep = np.ones(len(l_tr), dtype=bool)
+    for _ in range(max_rounds):
+        best, results, rows = lambda_scan(A_tr[keep], l_tr[keep], A_val, l_val, V, lambdas, ridge=ridge, space=space)
+        if threshold <= 0:
+            break
+        rel = (A_tr @ results[best].x - l_tr) / l_tr
+        dev = np.abs(rel - np.median(rel))
+        sigma = 1.4826 * np.median(dev)
+        new = dev <= threshold * max(sigma, 1e-12)
+        uncovered = observation_counts(A_tr[new]) == 0
+        if uncovered.any():
+            new |= (A_tr[:, np.flatnonzero(uncovered)].getnnz(axis=1) > 0)
+        if np.array_equal(new, keep):
+            break
+        keep = new
+    return best, results, rows, keep
 
 
 # ---- prediction and the LUT artifact ------------------------------------------------------------

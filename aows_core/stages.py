@@ -79,7 +79,11 @@ def fit_lut(
     V = lut.monotonicity_matrix(space)
     n_obs = lut.observation_counts(A_tr)
     lut.check_coverage(space, n_obs)
-    best, results, rows = lut.lambda_scan(A_tr, l_tr, A_val, l_val, V, config["lut"]["lambdas"], ridge=config["lut"]["ridge"])
+    best, results, rows, keep = lut.robust_lambda_scan(
+        A_tr, l_tr, A_val, l_val, V, config["lut"]["lambdas"], ridge=config["lut"]["ridge"],
+        threshold=config["lut"]["outlier_threshold"],
+    )
+    n_obs = lut.observation_counts(A_tr[keep])
     chosen = results[best]
     meta = io.provenance(
         space_name=space.name,
@@ -96,6 +100,8 @@ def fit_lut(
         lam=chosen.lam,
         ridge=config["lut"]["ridge"],
         n_train=int(len(l_tr)),
+        n_outliers=int((~keep).sum()),
+        outlier_threshold=config["lut"]["outlier_threshold"],
         n_lambda_val=int(len(l_val)),
         n_inequalities=int(V.shape[0]),
         train_rmse_ms=rows[best]["train_rmse_ms"],

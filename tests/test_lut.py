@@ -247,8 +247,8 @@ def test_osqp_matches_cvxpy_scs_objective(clean_problem):
     A_te = lut.design_matrix(p["space"], p["idx_te"])
     for lam in (0.0, 0.05):
         ref = lut.fit_lut_cvxpy(p["A_tr"], l, p["V"], lam, solver="SCS", eps_abs=1e-9, eps_rel=1e-9, max_iters=200_000)
-        (ours,) = lut.fit_lut(p["A_tr"], l, p["V"], [lam])  # default tolerances
-        assert ours.objective == pytest.approx(ref.objective, rel=1e-4)
+        (ours,) = lut.fit_lut(p["A_tr"], l, p["V"], [lam])  # default tolerances (eps 1e-4)
+        assert ours.objective == pytest.approx(ref.objective, rel=1e-3)
         np.testing.assert_allclose(A_te @ ours.x, A_te @ ref.x, rtol=1e-3)
         assert ours.lam == pytest.approx(ref.lam) and ours.lam == pytest.approx(lam * np.median(l))
         (tight,) = lut.fit_lut(p["A_tr"], l, p["V"], [lam], eps_abs=1e-9, eps_rel=1e-9, polishing=True)

@@ -17,7 +17,7 @@ def run(tmp_path_factory):
         {
             "seed": 7,
             "devices": {"synth": {"backend": "synthetic", "noise": 0.02, "drift": 0.25, "nonadditive": 0.01}},
-            "sampling": {"coverage": 3, "lambda_val": 60, "test": 150},
+            "sampling": {"coverage": 8, "lambda_val": 60, "test": 150},
             "profiling": {"repeats": 15, "retest": 50, "reference_every": 10},
         }
     )
@@ -63,7 +63,13 @@ def test_lut_has_every_variable_with_counts(run):
     d, cfg, space, *_ = run
     table, meta = io.read_table(d / "lut.parquet", "lut")
     assert table.num_rows == space.n_variables
-    assert min(table.column("n_obs").to_pylist()) >= cfg["sampling"]["coverage"]
+    assert min(table.column("n_obs").to_pylist()) >= 1
+    # coverage counts uses: a variable shared by m edges of one network is used m times by it
+    from aows_core import lut
+    lat = io.read_table(d / "lat.parquet", "latency")[0].to_pylist()
+    idx = np.stack([space.indices(r["channels"]) for r in lat if r["role"] == "sample" and r["set"] == "train"])
+    uses = np.asarray(lut.design_matrix(space, idx).sum(axis=0)).ravel()
+    assert uses.min() >= cfg["sampling"]["coverage"]
     assert meta["reference_channels"] and meta["reference_baseline"] > 0 and "lam" in meta
 
 
