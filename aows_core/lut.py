@@ -231,7 +231,15 @@ def osqp_algebra() -> str:
                         ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
                     except OSError:
                         pass
-    return "mkl" if "mkl" in osqp.algebras_available() else "builtin"
+    if "mkl" not in osqp.algebras_available():
+        return "builtin"
+    # One MKL thread: Pardiso's threaded factorisation differs run to run in the last bits (seen
+    # here: 2e-11), and table entries must be reproducible; a second thread gained only ~15 %.
+    try:
+        ctypes.CDLL("libmkl_rt.so.2").MKL_Set_Num_Threads(1)
+    except (OSError, AttributeError):
+        pass
+    return "mkl"
 
 
 
@@ -415,35 +423,43 @@ def lambda_scan(
     **osqp_settings: Any,
 ) -> tuple[int, list[FitResult], list[dict[str, Any]]]:
     """Fit §4's objective over the λ grid on train; pick the λ of least lambda_val RMSE; rows of the "lut_fit" schema."""
-    order = np.argsort(np.asarray(lambdas, dtype=np.float64), kind="stable")
-    fits = fit_lut(A_tr, l_tr, V, [lambdas[i] for i in order], ridge=ridge, space=space, **osqp_settings)
-    results: list[FitResult] = [None] * len(fits)  # type: ignore[list-item]
-    for i, f in zip(order, fits):
-        results[i] = f
-    l_val = np.asarray(l_val, dtype=np.float64)
-    l_tr = np.asarray(l_tr, dtype=np.float64)
-    rows = []
-    for f in results:
-        mt = latency_metrics(A_tr @ f.x, l_tr, tau=False)
-        mv = latency_metrics(A_val @ f.x, l_val, tau=False)
-        rows.append(
-            {
-                "lam": f.lam,
-                "train_rmse_ms": mt["rmse_ms"],
-                "train_nrmse": mt["nrmse"],
-                "val_rmse_ms": mv["rmse_ms"],
-                "val_nrmse": mv["nrmse"],
-                "val_mape": mv["mape"],
-                "n_violated": f.n_violated,
-                "solve_s": f.solve_s,
-                "iterations": f.iterations,
-                "status": f.status,
-                "chosen": False,
-            }
-        )
+    results = fit_lut(A_tr, l_tr, V, lambdas, ridge=ridge, space=space, **osqp_settings)
+    rows = [scan_row(f, A_tr, l_tr, A_val, l_val) for f in results]
     best = int(np.argmin([r["val_rmse_ms"] for r in rows]))  # first minimum: ties go to the earlier grid entry
     rows[best]["chosen"] = True
     return best, results, rows
+
+
+# Floor of the robust residual spread: residuals within a few 0.1 % are never outliers (solver tolerance,
+# exactly additive devices such as flops).
+MIN_OUTLIER_SIGMA = 1e-3
+
+
+def scan_row(
+    f: FitResult, A_tr: sp.spmatrix, l_tr: np.ndarray, A_val: sp.spmatrix, l_val: np.ndarray, chosen: bool = False
+) -> dict[str, Any]:
+    """A row of the "lut_fit" report: train and lambda_val errors of one fit."""
+    mt = latency_metrics(A_tr @ f.x, np.asarray(l_tr, dtype=np.float64), tau=False)
+    mv = latency_metrics(A_val @ f.x, np.asarray(l_val, dtype=np.float64), tau=False)
+    return {
+        "lam": f.lam,
+        "train_rmse_ms": mt["rmse_ms"],
+        "train_nrmse": mt["nrmse"],
+        "val_rmse_ms": mv["rmse_ms"],
+        "val_nrmse": mv["nrmse"],
+        "val_mape": mv["mape"],
+        "n_violated": f.n_violated,
+        "solve_s": f.solve_s,
+        "iterations": f.iterations,
+        "status": f.status,
+        "chosen": chosen,
+    }
+
+
+def exact_result(x: np.ndarray) -> FitResult:
+    """A known table (an analytic device's) in the form of a fit result: nothing was solved."""
+    return FitResult(x=np.asarray(x, dtype=np.float64), lam=0.0, lam_rel=0.0, status="exact", iterations=0, solve_s=0.0,
+                     n_violated=0, objective=float("nan"), scale=1.0, polished=False)
 
 
 def robust_lambda_scan(
@@ -476,7 +492,7 @@ def robust_lambda_scan(
         rel = (A_tr @ results[best].x - l_tr) / l_tr
         dev = np.abs(rel - np.median(rel))
         sigma = 1.4826 * np.median(dev)
-        new = dev <= threshold * max(sigma, 1e-12)
+        new = dev <= threshold * max(sigma, MIN_OUTLIER_SIGMA)
         uncovered = observation_counts(A_tr[new]) == 0
         if uncovered.any():
             new |= (A_tr[:, np.flatnonzero(uncovered)].getnnz(axis=1) > 0)

@@ -46,7 +46,7 @@ def lut_validation(predictions: str | os.PathLike, out: str | os.PathLike) -> No
     sig = f", σₙ = {100 * sigma:.1f} %" if sigma else ""
     ax.set_title(
         f"{meta.get('device')}: {len(meas)} held-out networks\n"
-        f"RMSE {np.sqrt(np.mean((pred - meas) ** 2)):.3g}, {100 * np.mean(rel <= 0.1):.0f} % within ±10 %{sig}",
+        f"RMSE {np.sqrt(np.mean((pred - meas) ** 2)):.3g}, {100 * np.mean(rel <= 0.1):.1f} % within ±10 %{sig}",
         fontsize=9,
     )
     ax.legend(fontsize=7, loc="upper left")

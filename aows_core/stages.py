@@ -79,10 +79,20 @@ def fit_lut(
     V = lut.monotonicity_matrix(space)
     n_obs = lut.observation_counts(A_tr)
     lut.check_coverage(space, n_obs)
-    best, results, rows, keep = lut.robust_lambda_scan(
-        A_tr, l_tr, A_val, l_val, V, config["lut"]["lambdas"], ridge=config["lut"]["ridge"],
-        threshold=config["lut"]["outlier_threshold"],
-    )
+    if lmeta.get("analytic"):
+        # FLOPs decompose exactly over layers (§7.2): the table is known, nothing to fit; the λ scan
+        # report still says how well it reproduces the profiled networks.
+        from .devices.flops import variable_macs
+
+        exact = variable_macs(space) * lmeta["device_spec"].get("batch_size", 1) / 1e6
+        fit = lut.exact_result(exact)
+        best, results, rows = 0, [fit], [lut.scan_row(fit, A_tr, l_tr, A_val, l_val, chosen=True)]
+        keep = np.ones(len(l_tr), dtype=bool)
+    else:
+        best, results, rows, keep = lut.robust_lambda_scan(
+            A_tr, l_tr, A_val, l_val, V, config["lut"]["lambdas"], ridge=config["lut"]["ridge"],
+            threshold=config["lut"]["outlier_threshold"],
+        )
     n_obs = lut.observation_counts(A_tr[keep])
     chosen = results[best]
     meta = io.provenance(

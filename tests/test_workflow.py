@@ -47,11 +47,9 @@ def test_lint_and_format_are_clean():
 
 
 @pytest.mark.parametrize("profile", ["default", "slurm", "cluster-generic"])
-def test_dry_run_default_config_and_profiles(profile):
-    r = subprocess.run(
-        ["snakemake", "-n", "--profile", str(ROOT / "workflow" / "profiles" / profile)],
-        cwd=ROOT, capture_output=True, text=True,
-    )
+def test_dry_run_default_config_and_profiles(profile, tmp_path):
+    (tmp_path / "config.yaml").write_text((ROOT / "config.yaml").read_text())
+    r = smk(tmp_path, "-n", "--profile", str(ROOT / "workflow" / "profiles" / profile))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "validate_lut" in r.stdout
 

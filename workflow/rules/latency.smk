@@ -63,7 +63,7 @@ rule fit_lut:
         "results/benchmarks/fit_lut_{device}.tsv"
     conda:
         "../../envs/aows.yaml"
-    threads: 2  # MKL Pardiso (the LUT solve) uses the cores it gets
+    threads: 1
     resources:
         mem_mb=4000,
         runtime=20,
