@@ -27,6 +27,9 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "fit_lut": ("space", "lut"),
     "validate_lut": ("space",),
     "decode": ("space", "decode"),
+    "train_ows": ("seed", "space", "data", "supernet"),
+    "train_aows": ("seed", "space", "data", "supernet", "aows"),
+    "greedy": ("seed", "space", "data", "greedy"),
 }
 
 
@@ -112,6 +115,11 @@ def settings_hash(settings: Mapping) -> str:
 def device_targets(config: Mapping, device: str) -> list[str]:
     """The target strings configured for a device (its own list, else the common one)."""
     return list(config["decode"]["device_targets"].get(device, config["decode"]["targets"]))
+
+
+def aows_targets(config: Mapping, device: str) -> list[str]:
+    """The targets that get an AOWS supernet on a device."""
+    return list(config["aows"]["device_targets"].get(device, config["aows"]["targets"]))
 
 
 def space_from_config(config: Mapping):
