@@ -89,6 +89,13 @@ def cmd_decode(args) -> None:
               f"{' (exact)' if r['exact'] else ''}")
 
 
+def cmd_check_target(args) -> None:
+    from .stages import check_target
+
+    value = check_target(_config(args), args.device, args.lut, args.target, args.out)
+    print(f"{args.device}: target {args.target} = {value:.4g} is feasible")
+
+
 def cmd_inspect(args) -> None:
     from .io import inspect
 
@@ -149,6 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epoch", type=int, default=None, help="which epoch's unaries (default: the last)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_decode)
+
+    p = sub.add_parser("check-target", help="refuse a target no network of the space meets on a device")
+    _add_config(p)
+    p.add_argument("--device", required=True)
+    p.add_argument("--lut", required=True)
+    p.add_argument("--target", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_check_target)
 
     p = sub.add_parser("inspect", help="print an artifact's schema, provenance and first rows")
     p.add_argument("file")

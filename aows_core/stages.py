@@ -228,3 +228,30 @@ def decode(
         "unit": tmeta.get("unit"), "lut_lambda": tmeta.get("lam"), "unaries_meta": umeta, "decode": dict(d),
     })
     return rows
+
+
+def check_target(config: Mapping[str, Any], device: str, lut_path: str | os.PathLike, target: str, out: str | os.PathLike) -> float:
+    """Resolve one target against a device's LUT and refuse it, naming the minimum, if no network meets it."""
+    import json
+
+    from .chain import InfeasibleTarget
+    from .decode import latency_range, resolve_target
+
+    space = space_from_config(config)
+    x, meta = read_lut(lut_path, space)
+    value = resolve_target(target, space, x, meta["unit_short"])
+    lo, hi, fastest, _ = latency_range(space, x)
+    unit = meta["unit_short"]
+    if value < lo:
+        raise InfeasibleTarget(
+            f"target {target!r} = {value:.4g} {unit} is below the smallest latency any network of the space reaches on "
+            f"device {device!r}: {lo:.4g} {unit} (configuration {fastest}); choose a target ≥ {lo:.4g}"
+            f"{'ms' if unit == 'ms' else 'mflops'} "
+            f"or a relative one such as 'range:0.2'",
+            lo,
+        )
+    tmp = f"{out}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"device": device, "target": target, "target_value": value, "unit": unit, "min": lo, "max": hi}, fh)
+    os.replace(tmp, out)
+    return value

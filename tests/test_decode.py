@@ -140,3 +140,15 @@ def test_bad_inputs_are_clear_errors(small, tmp_path):
         decode(cfg, "cpu", "ows", tmp_path / "u.parquet", tmp_path / "nanlut.parquet", ["range:0.5"], tmp_path / "d.parquet")
     with pytest.raises(io.ArtifactError, match="not 'gpu'"):
         decode(cfg, "gpu", "ows", tmp_path / "u.parquet", tmp_path / "lut.parquet", ["range:0.5"], tmp_path / "d.parquet")
+
+
+def test_check_target_refuses_infeasible_with_the_minimum(small, tmp_path):
+    from aows_core.stages import check_target
+
+    cfg = validate(SMALL)
+    x = write_lut(small, tmp_path / "lut.parquet")
+    lo, hi, _, _ = latency_range(small, x)
+    assert check_target(cfg, "cpu", tmp_path / "lut.parquet", "range:0.5", tmp_path / "ok.json") == pytest.approx((lo + hi) / 2)
+    with pytest.raises(InfeasibleTarget, match=f"{lo:.4g} ms"):
+        check_target(cfg, "cpu", tmp_path / "lut.parquet", f"{lo / 2:.6f}ms", tmp_path / "no.json")
+    assert not (tmp_path / "no.json").exists()
