@@ -96,6 +96,20 @@ def cmd_check_target(args) -> None:
     print(f"{args.device}: target {args.target} = {value:.4g} is feasible")
 
 
+def cmd_train_supernet(args) -> None:
+    from .train import train_supernet
+
+    r = train_supernet(_config(args), args.out_dir, args.resume_dir, method=args.method, lut_path=args.lut,
+                       device=args.device, target=args.target, init_from=args.init_from, progress=not args.quiet,
+                       stop_after_steps=args.stop_after)
+    if r["complete"]:
+        m = r["metrics"]
+        print(f"wrote {args.out_dir}: {r['epochs']} epochs; last epoch max-config train accuracy "
+              f"{100 * m['train_acc_max']:.1f} %, {m['images_per_s']:.0f} images/s")
+    else:
+        print(f"stopped at epoch {r['epoch']} step {r['step']}; rerun the same command to resume")
+
+
 def cmd_inspect(args) -> None:
     from .io import inspect
 
@@ -164,6 +178,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", required=True)
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_check_target)
+
+    p = sub.add_parser("train-supernet", help="train an OWS or AOWS slimmable supernet (§3, §5, §6)")
+    _add_config(p)
+    p.add_argument("--method", choices=["ows", "aows"], default="ows")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--resume-dir", required=True, help="where the resume checkpoint lives (not an output)")
+    p.add_argument("--lut", help="AOWS: the device's latency table")
+    p.add_argument("--device", help="AOWS: the device name")
+    p.add_argument("--target", help="AOWS: the latency target string")
+    p.add_argument("--init-from", help="AOWS: the OWS checkpoint after the warm-up epochs")
+    p.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (resume later)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_train_supernet)
 
     p = sub.add_parser("inspect", help="print an artifact's schema, provenance and first rows")
     p.add_argument("file")

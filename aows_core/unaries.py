@@ -261,6 +261,18 @@ class WindowUnaries(_Unaries):
         shape = (self.n_layers, self.K)
         return d.reshape(shape), n.reshape(shape)
 
+    def seed_means(self, delta: Sequence[np.ndarray], counts: Sequence[np.ndarray]) -> None:
+        """Start from per-(layer, width) means (e.g. OWS's last epoch): min(count, window) copies of each mean."""
+        self.reset()
+        for i, (d, n) in enumerate(zip(delta, counts)):
+            for j, (dj, nj) in enumerate(zip(np.asarray(d, dtype=np.float64), np.asarray(n, dtype=np.int64))):
+                k = int(min(nj, self.window))
+                if k > 0:
+                    cell = i * self.K + j
+                    self.buf[cell, :k] = dj
+                    self.pos[cell] = k % self.window
+                    self.seen[cell] = k
+
     def total_seen(self) -> list[np.ndarray]:
         """How many samples each (layer, width) received in all (not only those in the window)."""
         s = self.seen.reshape(self.n_layers, self.K)

@@ -1,0 +1,126 @@
+"""Supernet training: artifacts, exact resume after a kill, AOWS warm start from OWS, bad input."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from aows_core import io, lut
+from aows_core.chain import InfeasibleTarget
+from aows_core.config import space_from_config, validate
+from aows_core.devices.flops import variable_macs
+from aows_core.supernet import NonFiniteLoss
+from aows_core.train import CheckpointError, train_supernet
+
+TINY = {
+    "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},
+    "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
+    "supernet": {"epochs": 3, "batch_size": 32, "checkpoint_every": 3},
+    "aows": {"warmup_epochs": 1, "window": 50},
+}
+
+
+@pytest.fixture(scope="module")
+def ows(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ows")
+    cfg = validate(TINY)
+    train_supernet(cfg, d / "out", d / "resume", method="ows", progress=False)
+    return cfg, d
+
+
+def _weights(path):
+    return torch.load(path, weights_only=False)["model"]
+
+
+def _same_weights(a, b):
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_ows_writes_unaries_metrics_and_checkpoints(ows):
+    cfg, d = ows
+    space = space_from_config(cfg)
+    table, meta = io.read_table(d / "out/unaries.parquet", "unaries")
+    assert table.schema.remove_metadata().equals(io.SCHEMAS["unaries"])
+    assert sorted(set(table.column("epoch").to_pylist())) == [0, 1, 2]
+    assert table.num_rows == 3 * sum(len(c) for c in space.layer_choices)
+    assert meta["method"] == "ows" and meta["loss"].startswith("hard-label CE")
+    m = io.read_table(d / "out/metrics.parquet", "train_metrics")[0].to_pylist()
+    assert [r["epoch"] for r in m] == [0, 1, 2] and all(r["images"] == 256 for r in m)
+    counts = np.array(table.column("count").to_pylist()).reshape(3, -1)
+    assert (counts.sum(1) == 256 * space.n_layers).all()  # each sample adds one count per layer
+    for n in (1, 2, 3):
+        assert (d / f"out/checkpoints/after_{n}.pt").exists()
+
+
+def test_resume_after_a_stop_ends_exactly_like_an_uninterrupted_run(ows, tmp_path):
+    cfg, d = ows
+    r = train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="ows", progress=False, stop_after_steps=5)
+    assert not r["complete"] and not (tmp_path / "out/unaries.parquet").exists()
+    r = train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="ows", progress=False, stop_after_steps=7)
+    train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="ows", progress=False)
+    assert _same_weights(_weights(d / "out/model.pt"), _weights(tmp_path / "out/model.pt"))
+    a = io.read_table(d / "out/unaries.parquet", "unaries")[0].to_pylist()
+    b = io.read_table(tmp_path / "out/unaries.parquet", "unaries")[0].to_pylist()
+    assert a == b
+
+
+def test_sigkilled_training_resumes_to_the_same_weights(ows, tmp_path):
+    cfg, d = ows
+    cmd = [sys.executable, "-m", "aows_core.cli", "train-supernet", "--config-json", json.dumps(TINY), "--method", "ows",
+           "--out-dir", str(tmp_path / "out"), "--resume-dir", str(tmp_path / "resume"), "--quiet"]
+    proc = subprocess.Popen(cmd)
+    ckpt = tmp_path / "resume/checkpoint.pt"
+    deadline = time.time() + 120
+    while time.time() < deadline and not ckpt.exists():
+        time.sleep(0.02)
+    time.sleep(float(np.random.default_rng().uniform(0, 1.0)))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    subprocess.run(cmd, check=True)
+    assert _same_weights(_weights(d / "out/model.pt"), _weights(tmp_path / "out/model.pt"))
+
+
+def _flops_lut(space, path):
+    meta = io.provenance(space_name=space.name, space_hash=space.hash, device="flops", unit="MMAC per forward",
+                         unit_short="MMAC", fingerprint={"backend": "flops"}, lam=0.0)
+    io.write_records(lut.lut_records(space, variable_macs(space) / 1e6, np.ones(space.n_variables, int)), path, "lut", meta)
+
+
+def test_aows_starts_from_the_ows_warmup_and_then_concentrates(ows, tmp_path):
+    cfg, d = ows
+    space = space_from_config(cfg)
+    _flops_lut(space, tmp_path / "lut.parquet")
+    train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="aows", lut_path=tmp_path / "lut.parquet",
+                   device="flops", target="range:0.3", init_from=d / "out/checkpoints/after_1.pt", progress=False)
+    ows_rows = io.read_table(d / "out/unaries.parquet", "unaries")[0].to_pylist()
+    aows_rows, meta = io.read_table(tmp_path / "out/unaries.parquet", "unaries")
+    aows_rows = aows_rows.to_pylist()
+    assert [r for r in aows_rows if r["epoch"] == 0] == [r for r in ows_rows if r["epoch"] == 0]
+    m = io.read_table(tmp_path / "out/metrics.parquet", "train_metrics")[0].to_pylist()
+    assert [r["sampling"] for r in m] == ["uniform", "aows", "aows"]
+    assert m[-1]["gamma"] is not None and m[-1]["temperature"] < m[1]["temperature"] and meta["temperature_scale"] > 0
+    assert not _same_weights(_weights(d / "out/model.pt"), _weights(tmp_path / "out/model.pt"))
+
+
+def test_bad_input_is_refused(ows, tmp_path):
+    cfg, d = ows
+    space = space_from_config(cfg)
+    _flops_lut(space, tmp_path / "lut.parquet")
+    with pytest.raises(InfeasibleTarget, match="minimum|smallest|below"):
+        train_supernet(cfg, tmp_path / "a", tmp_path / "ra", method="aows", lut_path=tmp_path / "lut.parquet",
+                       device="flops", target="0.0001mflops", init_from=d / "out/checkpoints/after_1.pt", progress=False)
+    assert not (tmp_path / "a").exists()
+    # a resume checkpoint of another space
+    other = validate({**TINY, "space": {**TINY["space"], "n_choices": 2}})
+    train_supernet(other, tmp_path / "o", tmp_path / "ro", method="ows", progress=False, stop_after_steps=1)
+    with pytest.raises(CheckpointError, match="another run"):
+        train_supernet(cfg, tmp_path / "o", tmp_path / "ro", method="ows", progress=False)
+    with pytest.raises(NonFiniteLoss):
+        train_supernet(validate({**TINY, "supernet": {**TINY["supernet"], "lr": 1e30}}), tmp_path / "n",
+                       tmp_path / "rn", method="ows", progress=False)
+    assert not (tmp_path / "n/unaries.parquet").exists()
