@@ -26,6 +26,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "profile": ("seed", "space", "profiling"),
     "fit_lut": ("space", "lut"),
     "validate_lut": ("space",),
+    "check_target": ("space",),
     "decode": ("space", "decode"),
     "train_ows": ("seed", "space", "data", "supernet"),
     "train_aows": ("seed", "space", "data", "supernet", "aows"),
@@ -96,9 +97,19 @@ def load(path: str | Path | None = None, inline_json: str | None = None) -> dict
     return validate(raw)
 
 
+# Target lists: each job's target is its wildcard, so adding a target never reruns the others.
+TARGET_KEYS = ("targets", "device_targets")
+
+
+def _without_targets(section: Any) -> Any:
+    if not isinstance(section, Mapping):
+        return section
+    return {k: v for k, v in section.items() if k not in TARGET_KEYS}
+
+
 def stage_settings(config: Mapping, stage: str, device: str | None = None) -> dict:
     """The part of a validated config that `stage` reads (plus the named device's settings)."""
-    out = {k: config[k] for k in STAGE_SECTIONS[stage]}
+    out = {k: _without_targets(config[k]) for k in STAGE_SECTIONS[stage]}
     if device is not None:
         if device not in config["devices"]:
             raise ConfigError(f"unknown device {device!r}; configured devices: {sorted(config['devices'])}")

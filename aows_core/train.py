@@ -121,13 +121,13 @@ def train_supernet(
     out_dir, resume_dir = Path(out_dir), Path(resume_dir)
     torch.set_num_threads(int(sn["threads"]))
 
-    sampler = None
-    schedule = TemperatureSchedule(W, E)
+    sampler = schedule = None
     if method == "aows":
         if lut_path is None or target is None or init_from is None:
             raise ValueError("AOWS needs --lut, --target and --init-from (the OWS checkpoint after the warm-up epochs)")
         if not W < E:
             raise ValueError(f"aows.warmup_epochs ({W}) must be smaller than supernet.epochs ({E})")
+        schedule = TemperatureSchedule(W, E)
         from .decode import resolve_target
         from .stages import read_lut
 

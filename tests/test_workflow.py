@@ -8,13 +8,14 @@ import pytest
 import yaml
 
 from aows_core import io
+from aows_core import train  # noqa: F401  (registers the train_metrics schema)
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
 
 TINY = {
     "seed": 0,
-    "space": {"preset": "mobilenet_v1_fmnist", "resolution": 8, "n_choices": 3, "width_mult": 0.25},
+    "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},
     "devices": {
         "synth": {"backend": "synthetic", "noise": 0.01, "drift": 0.1},
         "flops": {"backend": "flops"},
@@ -22,6 +23,10 @@ TINY = {
     "sampling": {"coverage": 2, "lambda_val": 20, "test": 40},
     "profiling": {"repeats": 5, "retest": 10, "reference_every": 10},
     "lut": {"lambdas": [0.0, 1e-3, 1e-1]},
+    "decode": {"targets": ["range:0.3", "range:0.8"]},
+    "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
+    "supernet": {"epochs": 2, "batch_size": 64},
+    "aows": {"warmup_epochs": 1, "targets": ["range:0.5"]},
 }
 
 
@@ -34,7 +39,7 @@ def smk(workdir, *args, check=True):
 def tiny_run(tmp_path_factory):
     wd = tmp_path_factory.mktemp("wf")
     (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
-    r = smk(wd)
+    r = smk(wd, "all", "decisions")
     assert r.returncode == 0, r.stderr[-3000:]
     return wd
 
@@ -77,6 +82,11 @@ def test_tiny_end_to_end_run_writes_every_artifact(tiny_run):
         "results/lut/synth/validation.parquet": "lut_validation",
         "results/lut/synth/predictions.parquet": "lut_predictions",
         "results/lut/flops/lut.parquet": "lut",
+        "results/supernet/ows/unaries.parquet": "unaries",
+        "results/supernet/ows/metrics.parquet": "train_metrics",
+        "results/supernet/aows/synth/range:0.5/unaries.parquet": "unaries",
+        "results/decisions/synth/ows/range:0.3.parquet": "decisions",
+        "results/decisions/flops/aows/range:0.5.parquet": "decisions",
     }
     for rel, kind in kinds.items():
         table, meta = io.read_table(wd / rel, kind)
@@ -90,15 +100,43 @@ def test_tiny_end_to_end_run_writes_every_artifact(tiny_run):
     assert "c_in: int32" in out.stdout and '"space_hash"' in out.stdout
 
 
+def test_decisions_meet_their_targets(tiny_run):
+    for path in (tiny_run / "results/decisions").glob("*/*/*.parquet"):
+        (row,) = io.read_table(path, "decisions")[0].to_pylist()
+        assert row["predicted_latency_ms"] <= row["target_ms"] * (1 + 1e-9) and row["exact"]
+
+
+def test_infeasible_target_fails_before_any_training(tiny_run, tmp_path):
+    cfg = json.loads(json.dumps(TINY))
+    cfg["aows"]["targets"] = ["0.00001ms"]
+    cfg["devices"] = {"synth": TINY["devices"]["synth"]}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    import shutil
+
+    shutil.copytree(tiny_run / "results/lut", tmp_path / "results/lut")
+    shutil.copytree(tiny_run / "results/latency", tmp_path / "results/latency")
+    r = smk(tmp_path, "decisions", check=False)
+    assert r.returncode != 0
+    assert "below the smallest latency" in (tmp_path / "results/logs/check_target_synth_0.00001ms.log").read_text()
+    assert not (tmp_path / "results/supernet").exists()
+
+
 def test_second_run_does_nothing_and_a_setting_reruns_only_its_stages(tiny_run):
     wd = tiny_run
-    r = smk(wd, "-n")
+    r = smk(wd, "-n", "all", "decisions")
     assert "Nothing to be done" in r.stdout + r.stderr
     cfg = json.loads(json.dumps(TINY))
     cfg["lut"]["ridge"] = 1e-5
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
-    r = smk(wd, "-n")
+    r = smk(wd, "-n", "all", "decisions")
     out = r.stdout
     assert "fit_lut" in out and "validate_lut" in out
-    assert "rule profile:" not in out and "rule sample_configs:" not in out
+    assert "rule profile:" not in out and "rule sample_configs:" not in out and "rule train_ows:" not in out
+    # changing only the OWS targets reruns only decoding
+    cfg = json.loads(json.dumps(TINY))
+    cfg["decode"]["targets"] = ["range:0.3", "range:0.6"]
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
+    out = smk(wd, "-n", "all", "decisions").stdout
+    assert "rule decode:" in out and "rule train_ows:" not in out and "rule train_aows:" not in out
+    assert "rule fit_lut:" not in out and "rule profile:" not in out
     (wd / "config.yaml").write_text(yaml.safe_dump(TINY))

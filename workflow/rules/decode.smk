@@ -11,6 +11,7 @@ rule decode:
     input:
         unaries=unaries_of,
         lut="results/lut/{device}/lut.parquet",
+        ok="results/targets/{device}/{target}.json",
     output:
         "results/decisions/{device}/{method}/{target}.parquet",
     log:
