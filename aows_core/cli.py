@@ -89,6 +89,22 @@ def cmd_decode(args) -> None:
               f"{' (exact)' if r['exact'] else ''}")
 
 
+def cmd_greedy(args) -> None:
+    from .stages import greedy
+
+    rows = greedy(_config(args), args.model, args.out, progress=not args.quiet)
+    print(f"wrote {args.out}: {len(rows)} points from error {rows[0]['error']:.4f} (max) to {rows[-1]['error']:.4f} (min)")
+
+
+def cmd_decide_baseline(args) -> None:
+    from .stages import decide_baseline
+
+    rows = decide_baseline(_config(args), args.device, args.method, args.lut, args.target, args.out, args.trajectory)
+    for r in rows:
+        print(f"{r['method']} @ {r['target']} ({r['target_ms']:.4g} {r['unit']}): {r['channels']} predicted "
+              f"{r['predicted_latency_ms']:.4g}")
+
+
 def cmd_check_target(args) -> None:
     from .stages import check_target
 
@@ -97,11 +113,34 @@ def cmd_check_target(args) -> None:
 
 
 def cmd_train_supernet(args) -> None:
+    import os
+    import subprocess
+
     from .train import train_supernet
 
-    r = train_supernet(_config(args), args.out_dir, args.resume_dir, method=args.method, lut_path=args.lut,
+    cfg = _config(args)
+    n = int(cfg["supernet"]["processes"])
+    if n > 1 and "RANK" not in os.environ:  # relaunch as n data-parallel processes under torchrun
+        if cfg["supernet"]["batch_size"] % n:
+            raise ValueError(f"supernet.batch_size = {cfg['supernet']['batch_size']} is not divisible by "
+                             f"supernet.processes = {n}")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n),
+               "-m", "aows_core.cli", "train-supernet", "--config-json", json.dumps(cfg), "--method", args.method,
+               "--out-dir", str(args.out_dir), "--resume-dir", str(args.resume_dir)]
+        for flag in ("lut", "device", "target", "init_from", "stop_after"):
+            if getattr(args, flag) is not None:
+                cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+        cmd += ["--quiet"] if args.quiet else []
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(cfg["supernet"]["threads"]))}
+        rc = subprocess.run(cmd, env=env).returncode
+        if rc:
+            raise RuntimeError(f"torchrun with {n} processes exited with status {rc} (see the ranks' errors above)")
+        return
+    r = train_supernet(cfg, args.out_dir, args.resume_dir, method=args.method, lut_path=args.lut,
                        device=args.device, target=args.target, init_from=args.init_from, progress=not args.quiet,
                        stop_after_steps=args.stop_after)
+    if os.environ.get("RANK", "0") != "0":
+        return  # rank 0 reports
     if r["complete"]:
         m = r["metrics"]
         print(f"wrote {args.out_dir}: {r['epochs']} epochs; last epoch max-config train accuracy "
@@ -179,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_check_target)
 
-    p = sub.add_parser("train-supernet", help="train an OWS or AOWS slimmable supernet (§3, §5, §6)")
+    p = sub.add_parser("train-supernet", help="train an OWS or AOWS slimmable supernet (§3, §5, §6)",
+                       description="With supernet.processes = N > 1, relaunches itself under torchrun as N data-parallel processes.")
     _add_config(p)
     p.add_argument("--method", choices=["ows", "aows"], default="ows")
     p.add_argument("--out-dir", required=True)
@@ -191,6 +231,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (resume later)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_train_supernet)
+
+    p = sub.add_parser("greedy", help="the AutoSlim greedy trajectory of the OWS supernet (§3)")
+    _add_config(p)
+    p.add_argument("--model", required=True, help="the OWS supernet's model.pt")
+    p.add_argument("--out", required=True)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_greedy)
+
+    p = sub.add_parser("decide-baseline", help="baseline decisions: greedy trajectory or uniform multipliers")
+    _add_config(p)
+    p.add_argument("--device", required=True)
+    p.add_argument("--method", choices=["greedy", "uniform"], required=True)
+    p.add_argument("--lut", required=True)
+    p.add_argument("--trajectory", help="greedy: the greedy_trajectory parquet")
+    p.add_argument("--target", action="append", required=True, help="'4.5ms', '325mflops' or 'range:0.3'; repeatable")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_decide_baseline)
 
     p = sub.add_parser("inspect", help="print an artifact's schema, provenance and first rows")
     p.add_argument("file")

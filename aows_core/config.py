@@ -30,7 +30,8 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "decode": ("space", "decode"),
     "train_ows": ("seed", "space", "data", "supernet"),
     "train_aows": ("seed", "space", "data", "supernet", "aows"),
-    "greedy": ("seed", "space", "data", "greedy"),
+    "greedy": ("seed", "space", "data", "supernet", "greedy"),
+    "decide_baseline": ("space",),
 }
 
 

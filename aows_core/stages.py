@@ -255,3 +255,50 @@ def check_target(config: Mapping[str, Any], device: str, lut_path: str | os.Path
         json.dump({"device": device, "target": target, "target_value": value, "unit": unit, "min": lo, "max": hi}, fh)
     os.replace(tmp, out)
     return value
+
+
+def greedy(config: Mapping[str, Any], model: str | os.PathLike, out: str | os.PathLike, progress: bool = True) -> list[dict]:
+    """The AutoSlim greedy trajectory of the OWS supernet (§3); independent of any LUT."""
+    from .greedy import greedy_trajectory
+
+    return greedy_trajectory(config, model, out, progress=progress)
+
+
+def decide_baseline(
+    config: Mapping[str, Any],
+    device: str,
+    method: str,
+    lut_path: str | os.PathLike,
+    targets: list[str],
+    out: str | os.PathLike,
+    trajectory: str | os.PathLike | None = None,
+) -> list[dict[str, Any]]:
+    """Decisions of a baseline: `greedy` (first trajectory point meeting the target) or `uniform` multipliers."""
+    from .baselines import decide_greedy, decide_uniform
+    from .decode import write_decisions
+
+    space = space_from_config(config)
+    x, tmeta = read_lut(lut_path, space)
+    if tmeta.get("device") != device:
+        raise io.ArtifactError(f"{lut_path} is the latency table of device {tmeta.get('device')!r}, not {device!r}")
+    unit = tmeta["unit_short"]
+    extra: dict[str, Any] = {}
+    if method == "greedy":
+        if trajectory is None:
+            raise ValueError("the greedy baseline needs --trajectory (the greedy_trajectory parquet)")
+        from . import greedy as _  # noqa: F401  (registers the greedy_trajectory schema)
+
+        table, gmeta = io.read_table(trajectory, "greedy_trajectory")
+        if gmeta.get("space_hash") != space.hash:
+            raise io.ArtifactError(f"{trajectory} belongs to space {gmeta.get('space_hash')}, not {space.hash}")
+        rows = decide_greedy(space, table.column("channels").to_pylist(), x, targets, device=device, unit=unit)
+        extra = {"trajectory_meta": gmeta}
+    elif method == "uniform":
+        rows = decide_uniform(space, x, targets, device=device, unit=unit)
+    else:
+        raise ValueError(f"unknown baseline {method!r}; expected 'greedy' or 'uniform'")
+    write_decisions(rows, out, {
+        "space_name": space.name, "space_hash": space.hash, "device": device, "fingerprint": tmeta.get("fingerprint"),
+        "unit": tmeta.get("unit"), "lut_lambda": tmeta.get("lam"), **extra,
+    })
+    return rows

@@ -318,8 +318,8 @@ class SlimmableMobileNetV1(nn.Module):
 
     def subnet(self, channels: Sequence[int]) -> MobileNetV1:
         """A fixed-width MobileNetV1 holding this supernet's sliced weights (same device and dtype)."""
-        dev = self.classifier.weight.device
-        net = MobileNetV1(self.space, channels, init=False, device="meta").to_empty(device=dev)
+        w = self.classifier.weight
+        net = MobileNetV1(self.space, channels, init=False, device="meta").to_empty(device=w.device).to(w.dtype)
         net.load_state_dict(self.subnet_state_dict(channels))
         return net.train(self.training)
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from aows_core import io
-from aows_core import train  # noqa: F401  (registers the train_metrics schema)
+from aows_core import greedy, train  # noqa: F401  (register the greedy_trajectory and train_metrics schemas)
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
@@ -27,6 +27,7 @@ TINY = {
     "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
     "supernet": {"epochs": 2, "batch_size": 64},
     "aows": {"warmup_epochs": 1, "targets": ["range:0.5"]},
+    "greedy": {"n_eval": 64, "n_cal": 64, "batch_size": 64},
 }
 
 
@@ -87,6 +88,9 @@ def test_tiny_end_to_end_run_writes_every_artifact(tiny_run):
         "results/supernet/aows/synth/range:0.5/unaries.parquet": "unaries",
         "results/decisions/synth/ows/range:0.3.parquet": "decisions",
         "results/decisions/flops/aows/range:0.5.parquet": "decisions",
+        "results/supernet/ows/greedy_trajectory.parquet": "greedy_trajectory",
+        "results/decisions/synth/greedy/range:0.5.parquet": "decisions",
+        "results/decisions/flops/uniform/range:0.3.parquet": "decisions",
     }
     for rel, kind in kinds.items():
         table, meta = io.read_table(wd / rel, kind)
@@ -103,7 +107,8 @@ def test_tiny_end_to_end_run_writes_every_artifact(tiny_run):
 def test_decisions_meet_their_targets(tiny_run):
     for path in (tiny_run / "results/decisions").glob("*/*/*.parquet"):
         (row,) = io.read_table(path, "decisions")[0].to_pylist()
-        assert row["predicted_latency_ms"] <= row["target_ms"] * (1 + 1e-9) and row["exact"]
+        assert row["predicted_latency_ms"] <= row["target_ms"] * (1 + 1e-9)
+        assert row["exact"] == (row["method"] in ("ows", "aows"))
 
 
 def test_infeasible_target_fails_before_any_training(tiny_run, tmp_path):
@@ -138,5 +143,6 @@ def test_second_run_does_nothing_and_a_setting_reruns_only_its_stages(tiny_run):
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
     out = smk(wd, "-n", "all", "decisions").stdout
     assert "rule decode:" in out and "rule train_ows:" not in out and "rule train_aows:" not in out
+    assert "rule greedy_trajectory:" not in out
     assert "rule fit_lut:" not in out and "rule profile:" not in out
     (wd / "config.yaml").write_text(yaml.safe_dump(TINY))

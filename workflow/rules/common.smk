@@ -5,7 +5,7 @@ Nothing heavy is imported here (aows_core.config needs only PyYAML and jsonschem
 
 import json
 
-from aows_core.config import settings_hash, stage_settings
+from aows_core.config import aows_targets, device_targets, settings_hash, stage_settings
 
 
 def settings(stage, device=None):
@@ -29,4 +29,18 @@ def unaries_of(wildcards):
         return "results/supernet/ows/unaries.parquet"
     return (
         f"results/supernet/aows/{wildcards.device}/{wildcards.target}/unaries.parquet"
+    )
+
+
+def baseline_inputs(wildcards):
+    """Greedy decisions read the trajectory; uniform ones read only the LUT."""
+    if wildcards.method == "greedy":
+        return {"trajectory": "results/supernet/ows/greedy_trajectory.parquet"}
+    return {}
+
+
+def all_targets(device):
+    """Targets decided by every method on a device: the decode targets and the AOWS ones."""
+    return list(
+        dict.fromkeys(device_targets(config, device) + aows_targets(config, device))
     )

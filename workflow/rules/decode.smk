@@ -28,3 +28,50 @@ rule decode:
     shell:
         "aows decode --config-json {params.cfg:q} --device {wildcards.device} --method {wildcards.method} "
         "--unaries {input.unaries:q} --lut {input.lut:q} --target {wildcards.target:q} --out {output:q} > {log:q} 2>&1"
+
+
+# The greedy trajectory depends on the OWS supernet only: computed once, for every device and target.
+rule greedy_trajectory:
+    input:
+        model="results/supernet/ows/model.pt",
+    output:
+        "results/supernet/ows/greedy_trajectory.parquet",
+    log:
+        "results/logs/greedy_trajectory.log",
+    benchmark:
+        "results/benchmarks/greedy_trajectory.tsv"
+    conda:
+        "../../envs/aows.yaml"
+    threads: config["supernet"]["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=120,
+    params:
+        cfg=settings("greedy"),
+        stamp=stamp("greedy"),
+    shell:
+        "aows greedy --config-json {params.cfg:q} --model {input.model:q} --out {output:q} --quiet > {log:q} 2>&1"
+
+
+rule decide_baseline:
+    input:
+        unpack(baseline_inputs),
+        lut="results/lut/{device}/lut.parquet",
+        ok="results/targets/{device}/{target}.json",
+    output:
+        "results/decisions/{device}/{method}/{target}.parquet",
+    log:
+        "results/logs/decide_{device}_{method}_{target}.log",
+    wildcard_constraints:
+        method="greedy|uniform",
+    conda:
+        "../../envs/aows.yaml"
+    params:
+        cfg=settings("decide_baseline"),
+        stamp=stamp("decide_baseline"),
+        trajectory=lambda wc, input: (
+            f"--trajectory {input.trajectory}" if wc.method == "greedy" else ""
+        ),
+    shell:
+        "aows decide-baseline --config-json {params.cfg:q} --device {wildcards.device} --method {wildcards.method} "
+        "--lut {input.lut:q} {params.trajectory} --target {wildcards.target:q} --out {output:q} > {log:q} 2>&1"

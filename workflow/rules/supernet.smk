@@ -39,7 +39,7 @@ rule train_ows:
         "results/benchmarks/train_ows.tsv"
     conda:
         "../../envs/aows.yaml"
-    threads: config["supernet"]["threads"]
+    threads: config["supernet"]["threads"] * config["supernet"]["processes"]
     resources:
         mem_mb=8000,
         runtime=600,
@@ -67,7 +67,7 @@ rule train_aows:
         "results/benchmarks/train_aows_{device}_{target}.tsv"
     conda:
         "../../envs/aows.yaml"
-    threads: config["supernet"]["threads"]
+    threads: config["supernet"]["threads"] * config["supernet"]["processes"]
     resources:
         mem_mb=8000,
         runtime=600,

@@ -1,0 +1,58 @@
+"""Baseline decisions: uniform multipliers and the first greedy point meeting a target, against brute force."""
+
+import numpy as np
+import pytest
+
+from aows_core.baselines import decide_greedy, decide_uniform, uniform_configs
+from aows_core.chain import InfeasibleTarget
+from aows_core.devices.flops import variable_macs
+from aows_core.space import get_space
+
+
+@pytest.fixture(scope="module")
+def case():
+    space = get_space("mobilenet_v1_fmnist", n_choices=4, width_mult=0.5)
+    x = variable_macs(space) / 1e6
+    return space, x
+
+
+def lat(space, x, channels):
+    return float(x[space.variable_ids(space.indices(channels))].sum())
+
+
+def test_uniform_configs_are_nested_and_span_the_space(case):
+    space, _ = case
+    cands = uniform_configs(space)
+    assert cands[0][1] == space.min_config and cands[-1][1] == space.max_config
+    for (m0, a), (m1, b) in zip(cands, cands[1:]):
+        assert m0 < m1 and all(p <= q for p, q in zip(a, b)) and a != b
+
+
+def test_uniform_decision_is_the_largest_multiplier_meeting_the_target(case):
+    space, x = case
+    cands = uniform_configs(space)
+    lats = [lat(space, x, c) for _, c in cands]
+    for frac in (0.05, 0.3, 0.7, 1.0):
+        rows = decide_uniform(space, x, [f"range:{frac}"], device="flops", unit="MMAC")
+        (r,) = rows
+        want = max(k for k, v in enumerate(lats) if v <= r["target_ms"] + 1e-12)
+        assert r["channels"] == cands[want][1]
+        assert r["predicted_latency_ms"] == pytest.approx(lats[want])
+        assert r["objective"] is None and r["exact"] is False and r["method"] == "uniform"
+
+
+def test_greedy_decision_is_the_first_trajectory_point_meeting_the_target(case):
+    space, x = case
+    rng = np.random.default_rng(0)
+    idx = np.array([len(c) - 1 for c in space.layer_choices])
+    traj = [[c[j] for c, j in zip(space.layer_choices, idx)]]
+    while idx.any():
+        i = rng.choice(np.flatnonzero(idx))
+        idx[i] -= 1
+        traj.append([c[j] for c, j in zip(space.layer_choices, idx)])
+    lats = [lat(space, x, c) for c in traj]
+    (r,) = decide_greedy(space, traj, x, ["range:0.4"], device="flops", unit="MMAC")
+    first = next(k for k, v in enumerate(lats) if v <= r["target_ms"])
+    assert r["channels"] == traj[first] and r["method"] == "greedy"
+    with pytest.raises(InfeasibleTarget, match="greedy trajectory"):
+        decide_greedy(space, traj[:3], x, ["range:0.1"], device="flops", unit="MMAC")
