@@ -42,20 +42,16 @@ io.SCHEMAS.setdefault(
 )
 
 
-def _affine(bn: torch.nn.BatchNorm2d, o: int, mean: torch.Tensor, var: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """BatchNorm of the first `o` channels as a per-channel scale and shift (broadcastable over NCHW)."""
-    scale = bn.weight[:o].double() / torch.sqrt(var + bn.eps)
-    shift = bn.bias[:o].double() - mean * scale
-    return scale.to(dtype)[None, :, None, None], shift.to(dtype)[None, :, None, None]
-
-
 class GreedyScorer:
     """Error and cross-entropy of sub-networks of a supernet with per-candidate BN recalibration (§3)."""
 
     def __init__(self, model: Any, cal: torch.Tensor, x_eval: torch.Tensor, y_eval: torch.Tensor, batch_size: int):
         self.model = model.eval()
         self.space: SearchSpace = model.space
-        self.cal, self.x, self.y, self.bs = cal, x_eval, y_eval, int(batch_size)
+        fmt = torch.channels_last if model.channels_last else torch.contiguous_format
+        self.cal = cal.contiguous(memory_format=fmt)
+        self.x = [b.contiguous(memory_format=fmt) for b in x_eval.split(int(batch_size))]
+        self.y, self.bs = y_eval, int(batch_size)
         self._prefix: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._prefix_of: tuple[int, ...] | None = None
 
@@ -69,21 +65,19 @@ class GreedyScorer:
         (cv, bn), = units
         return [(cv, bn, cv.weight[:co, :ci], 1)]
 
-    def _edge(self, i: int, full: Sequence[int], cal: torch.Tensor, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _edge(self, i: int, full: Sequence[int], cal: torch.Tensor, xs: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Edge i on the calibration and evaluation activations, BN recalibrated on the calibration ones."""
         for conv, bn, w, g in self._units(i, full):
-            zc = [F.conv2d(c, w, None, conv.stride, conv.padding, conv.dilation, g) for c in cal.split(self.bs)]
-            n = sum(z.shape[0] * z.shape[2] * z.shape[3] for z in zc)
-            mean = sum(z.sum((0, 2, 3), dtype=torch.float64) for z in zc) / n
-            var = sum(((z.double() - mean[None, :, None, None]) ** 2).sum((0, 2, 3)) for z in zc) / n
+            z = F.conv2d(cal, w, None, conv.stride, conv.padding, conv.dilation, g)
+            var, mean = torch.var_mean(z, dim=(0, 2, 3), correction=0)
+            n = z.numel() // z.shape[1]
             o = w.shape[0]
-            # as a train-mode pass then eval: calibration images normalised by the biased variance, the
-            # evaluation images by the unbiased one that BatchNorm keeps as its running variance
-            sc, bc = _affine(bn, o, mean, var, w.dtype)
-            s, b = _affine(bn, o, mean, var * n / (n - 1), w.dtype)
-            cal = torch.cat([F.relu(z * sc + bc) for z in zc])
-            xs = torch.cat([F.relu(F.conv2d(x, w, None, conv.stride, conv.padding, conv.dilation, g) * s + b)
-                            for x in xs.split(self.bs)])
+            # as one train-mode pass then eval: calibration images normalised by the biased variance,
+            # the evaluation images by the unbiased one that BatchNorm keeps as its running variance
+            cal = F.relu_(F.batch_norm(z, mean, var, bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps))
+            var_u = var * (n / (n - 1))
+            xs = [F.relu_(F.batch_norm(F.conv2d(x, w, None, conv.stride, conv.padding, conv.dilation, g), mean, var_u,
+                                       bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps)) for x in xs]
         return cal, xs
 
     def _activations(self, channels: Sequence[int], upto: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,7 +87,7 @@ class GreedyScorer:
             self._prefix, self._prefix_of = {}, key
         best = max((k for k in self._prefix if k <= upto), default=0)
         if best == 0:
-            cal, xs = self.model._input(self.cal), self.model._input(self.x)
+            cal, xs = self.model._input(self.cal), self.x
         else:
             cal, xs = self._prefix[best]
         full = self.space.full(key)
@@ -106,12 +100,11 @@ class GreedyScorer:
     def score(self, channels: Sequence[int], start_edge: int = 0) -> tuple[int, float]:
         """(errors, summed cross-entropy) on the evaluation images; edges before `start_edge` come from the cache."""
         full = self.space.full(channels)
-        cal, xs = self._activations(channels, start_edge) if start_edge else (self.model._input(self.cal),
-                                                                              self.model._input(self.x))
+        cal, xs = self._activations(channels, start_edge) if start_edge else (self.model._input(self.cal), self.x)
         for i in range(start_edge, self.space.n_edges - 1):
             cal, xs = self._edge(i, full, cal, xs)
         clf = self.model.classifier
-        logits = F.linear(xs.mean((2, 3)), clf.weight[:, : full[-2]], clf.bias)
+        logits = torch.cat([F.linear(x.mean((2, 3)), clf.weight[:, : full[-2]], clf.bias) for x in xs])
         errors = int((logits.argmax(1) != self.y).sum())
         ce = float(F.cross_entropy(logits.double(), self.y, reduction="sum"))
         return errors, ce
@@ -197,13 +190,13 @@ def greedy_trajectory(config: Mapping[str, Any], model_path: str | os.PathLike, 
     space = space_from_config(config)
     g = config["greedy"]
     torch.set_num_threads(int(config["supernet"]["threads"]))
-    model = SlimmableMobileNetV1(space)
+    model = SlimmableMobileNetV1(space, channels_last=bool(config["supernet"]["channels_last"]))
     model.load_state_dict(load_model_state(model_path, space))
     splits = load(data_spec(config))
     check_space(splits.info, space)
     x_eval, y_eval = _first(splits.search_val_batches(int(g["batch_size"])), int(g["n_eval"]))
     cal, _ = _first(splits.calibration_batches(int(g["batch_size"])), int(g["n_cal"]))
-    scorer = GreedyScorer(model, cal.contiguous(memory_format=torch.contiguous_format), x_eval, y_eval, g["batch_size"])
+    scorer = GreedyScorer(model, cal, x_eval, y_eval, g["batch_size"])
     rows = greedy_search(scorer, progress=progress)
     meta = io.provenance(space_name=space.name, space_hash=space.hash, seed=config["seed"], n_eval=int(g["n_eval"]),
                          n_cal=int(g["n_cal"]), supernet=str(model_path),
