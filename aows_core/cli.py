@@ -105,6 +105,18 @@ def cmd_decide_baseline(args) -> None:
               f"{r['predicted_latency_ms']:.4g}")
 
 
+def cmd_retrain(args) -> None:
+    from .retrain import retrain
+
+    r = retrain(_config(args), args.decision, args.out_dir, args.resume_dir, progress=not args.quiet,
+                stop_after_steps=args.stop_after)
+    if r["complete"]:
+        print(f"{r['method']} @ {r['target']}: test top-1 {100 * r['test_acc']:.2f} % "
+              f"[{100 * r['test_acc_low']:.2f}, {100 * r['test_acc_high']:.2f}] (Wilson 95 %, n = {r['test_n']})")
+    else:
+        print(f"stopped at epoch {r['epoch']} step {r['step']}; rerun the same command to resume")
+
+
 def cmd_check_target(args) -> None:
     from .stages import check_target
 
@@ -248,6 +260,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", action="append", required=True, help="'4.5ms', '325mflops' or 'range:0.3'; repeatable")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_decide_baseline)
+
+    p = sub.add_parser("retrain", help="train a decision's network from scratch; top-1 on the test split (§7)")
+    _add_config(p)
+    p.add_argument("--decision", required=True, help="a decisions parquet (one row)")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--resume-dir", required=True, help="where the resume checkpoint lives (not an output)")
+    p.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (resume later)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_retrain)
 
     p = sub.add_parser("inspect", help="print an artifact's schema, provenance and first rows")
     p.add_argument("file")

@@ -32,6 +32,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "train_aows": ("seed", "space", "data", "supernet", "aows"),
     "greedy": ("seed", "space", "data", "supernet", "greedy"),
     "decide_baseline": ("space",),
+    "retrain": ("seed", "space", "data", "retrain"),
 }
 
 

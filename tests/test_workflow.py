@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from aows_core import io
-from aows_core import greedy, train  # noqa: F401  (register the greedy_trajectory and train_metrics schemas)
+from aows_core import greedy, retrain, train  # noqa: F401  (register their artifact schemas)
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
@@ -28,7 +28,9 @@ TINY = {
     "supernet": {"epochs": 2, "batch_size": 64},
     "aows": {"warmup_epochs": 1, "targets": ["range:0.5"]},
     "greedy": {"n_eval": 64, "n_cal": 64, "batch_size": 64},
+    "retrain": {"epochs": 1, "batch_size": 64, "eval_batch_size": 2000},
 }
+RETRAINED = ["results/retrain/synth/aows/range:0.5/result.parquet", "results/retrain/flops/greedy/range:0.3/result.parquet"]
 
 
 def smk(workdir, *args, check=True):
@@ -40,7 +42,7 @@ def smk(workdir, *args, check=True):
 def tiny_run(tmp_path_factory):
     wd = tmp_path_factory.mktemp("wf")
     (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
-    r = smk(wd, "all", "decisions")
+    r = smk(wd, "all", "decisions", *RETRAINED)
     assert r.returncode == 0, r.stderr[-3000:]
     return wd
 
@@ -91,6 +93,8 @@ def test_tiny_end_to_end_run_writes_every_artifact(tiny_run):
         "results/supernet/ows/greedy_trajectory.parquet": "greedy_trajectory",
         "results/decisions/synth/greedy/range:0.5.parquet": "decisions",
         "results/decisions/flops/uniform/range:0.3.parquet": "decisions",
+        RETRAINED[0]: "retrain",
+        RETRAINED[1]: "retrain",
     }
     for rel, kind in kinds.items():
         table, meta = io.read_table(wd / rel, kind)
@@ -128,7 +132,7 @@ def test_infeasible_target_fails_before_any_training(tiny_run, tmp_path):
 
 def test_second_run_does_nothing_and_a_setting_reruns_only_its_stages(tiny_run):
     wd = tiny_run
-    r = smk(wd, "-n", "all", "decisions")
+    r = smk(wd, "-n", "all", "decisions", *RETRAINED)
     assert "Nothing to be done" in r.stdout + r.stderr
     cfg = json.loads(json.dumps(TINY))
     cfg["lut"]["ridge"] = 1e-5

@@ -1,0 +1,34 @@
+"""Retraining the finalists from scratch (§7): one fixed-width network per decision.
+
+Inputs:  results/decisions/{device}/{method}/{target}.parquet
+Outputs: results/retrain/{device}/{method}/{target}/{result.parquet,model.pt}
+"""
+
+
+rule retrain:
+    input:
+        decision="results/decisions/{device}/{method}/{target}.parquet",
+    output:
+        result="results/retrain/{device}/{method}/{target}/result.parquet",
+        model="results/retrain/{device}/{method}/{target}/model.pt",
+    log:
+        "results/logs/retrain_{device}_{method}_{target}.log",
+    benchmark:
+        "results/benchmarks/retrain_{device}_{method}_{target}.tsv"
+    wildcard_constraints:
+        method="aows|ows|greedy|uniform",
+    conda:
+        "../../envs/aows.yaml"
+    threads: config["retrain"]["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=600,
+        gpu=0,
+    params:
+        cfg=settings("retrain"),
+        stamp=stamp("retrain"),
+        out="results/retrain/{device}/{method}/{target}",
+    shell:
+        "aows retrain --config-json {params.cfg:q} --decision {input.decision:q} --out-dir {params.out:q} "
+        "--resume-dir results/.resume/retrain/{wildcards.device}/{wildcards.method}/{wildcards.target} --quiet "
+        "> {log:q} 2>&1"
