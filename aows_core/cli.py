@@ -117,6 +117,14 @@ def cmd_retrain(args) -> None:
         print(f"stopped at epoch {r['epoch']} step {r['step']}; rerun the same command to resume")
 
 
+def cmd_export(args) -> None:
+    from .export import export
+
+    r = export(_config(args), args.model, args.out_dir)
+    print(f"wrote {args.out_dir}/model.onnx and state_dict.pt: ONNX Runtime vs PyTorch max |Δlogit| "
+          f"{r['max_abs_diff']:.2g} on {r['checked_images']} test images, top-1 agreement {100 * r['top1_agreement']:.1f} %")
+
+
 def cmd_check_target(args) -> None:
     from .stages import check_target
 
@@ -269,6 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (resume later)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_retrain)
+
+    p = sub.add_parser("export", help="ONNX (checked against PyTorch) and state dict of a retrained network")
+    _add_config(p)
+    p.add_argument("--model", required=True, help="a retrained model.pt")
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("inspect", help="print an artifact's schema, provenance and first rows")
     p.add_argument("file")

@@ -33,6 +33,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "greedy": ("seed", "space", "data", "supernet", "greedy"),
     "decide_baseline": ("space",),
     "retrain": ("seed", "space", "data", "retrain"),
+    "export": ("seed", "space", "data"),
 }
 
 

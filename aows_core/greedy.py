@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import pyarrow as pa
 import torch
 import torch.nn.functional as F
@@ -52,7 +51,7 @@ class GreedyScorer:
         self.cal = cal.contiguous(memory_format=fmt)
         self.x = [b.contiguous(memory_format=fmt) for b in x_eval.split(int(batch_size))]
         self.y, self.bs = y_eval, int(batch_size)
-        self._prefix: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._prefix: dict[int, tuple[torch.Tensor, list[torch.Tensor]]] = {}
         self._prefix_of: tuple[int, ...] | None = None
 
     def _units(self, i: int, full: Sequence[int]):
@@ -80,7 +79,7 @@ class GreedyScorer:
                                        bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps)) for x in xs]
         return cal, xs
 
-    def _activations(self, channels: Sequence[int], upto: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _activations(self, channels: Sequence[int], upto: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Calibration and evaluation activations entering edge `upto` (cached for the current configuration)."""
         key = tuple(int(c) for c in channels)
         if self._prefix_of is None or any(a != b for a, b in zip(key[:upto], self._prefix_of[:upto])):
@@ -126,7 +125,7 @@ def greedy_search(scorer: GreedyScorer, progress: bool = False) -> list[dict[str
     while any(cur):
         best = None
         movable = [i for i, j in enumerate(cur) if j > 0]
-        # prefix cache: activations before the lowest movable layer are shared by all candidates
+        # ascending layers: each candidate reuses the cached activations entering its layer
         for layer in movable:
             cand = list(cur)
             cand[layer] -= 1

@@ -30,7 +30,8 @@ TINY = {
     "greedy": {"n_eval": 64, "n_cal": 64, "batch_size": 64},
     "retrain": {"epochs": 1, "batch_size": 64, "eval_batch_size": 2000},
 }
-RETRAINED = ["results/retrain/synth/aows/range:0.5/result.parquet", "results/retrain/flops/greedy/range:0.3/result.parquet"]
+RETRAINED = ["results/retrain/synth/aows/range:0.5/result.parquet", "results/retrain/flops/greedy/range:0.3/result.parquet",
+             "results/export/synth/aows/range:0.5/model.onnx"]
 
 
 def smk(workdir, *args, check=True):

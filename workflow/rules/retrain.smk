@@ -32,3 +32,24 @@ rule retrain:
         "aows retrain --config-json {params.cfg:q} --decision {input.decision:q} --out-dir {params.out:q} "
         "--resume-dir results/.resume/retrain/{wildcards.device}/{wildcards.method}/{wildcards.target} --quiet "
         "> {log:q} 2>&1"
+
+
+rule export:
+    input:
+        model="results/retrain/{device}/{method}/{target}/model.pt",
+    output:
+        onnx="results/export/{device}/{method}/{target}/model.onnx",
+        state="results/export/{device}/{method}/{target}/state_dict.pt",
+        report="results/export/{device}/{method}/{target}/export.json",
+    log:
+        "results/logs/export_{device}_{method}_{target}.log",
+    wildcard_constraints:
+        method="aows|ows|greedy|uniform",
+    conda:
+        "../../envs/aows.yaml"
+    params:
+        cfg=settings("export"),
+        stamp=stamp("export"),
+        out="results/export/{device}/{method}/{target}",
+    shell:
+        "aows export --config-json {params.cfg:q} --model {input.model:q} --out-dir {params.out:q} > {log:q} 2>&1"
