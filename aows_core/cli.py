@@ -108,7 +108,10 @@ def cmd_decide_baseline(args) -> None:
 def cmd_retrain(args) -> None:
     from .retrain import retrain
 
-    r = retrain(_config(args), args.decision, args.out_dir, args.resume_dir, progress=not args.quiet,
+    cfg = _config(args)
+    if args.seed is not None:
+        cfg["seed"] = args.seed
+    r = retrain(cfg, args.decision, args.out_dir, args.resume_dir, progress=not args.quiet,
                 stop_after_steps=args.stop_after)
     if r["complete"]:
         print(f"{r['method']} @ {r['target']}: test top-1 {100 * r['test_acc']:.2f} % "
@@ -123,6 +126,20 @@ def cmd_export(args) -> None:
     r = export(_config(args), args.model, args.out_dir)
     print(f"wrote {args.out_dir}/model.onnx and state_dict.pt: ONNX Runtime vs PyTorch max |Δlogit| "
           f"{r['max_abs_diff']:.2g} on {r['checked_images']} test images, top-1 agreement {100 * r['top1_agreement']:.1f} %")
+
+
+def cmd_measure(args) -> None:
+    from .measure import measure
+
+    rows = measure(_config(args), args.device, args.decisions, args.latency, args.lut, args.out, progress=not args.quiet)
+    unit = rows[0]["unit"]
+    print(f"wrote {args.out}: {len(rows)} finalists on {args.device} ({unit}; measured = median over "
+          f"{rows[0]['rounds']} rounds, drift-corrected to the LUT's reference)")
+    print(f"  {'method':8s} {'target':12s} {'predicted':>10s} {'measured':>10s} {'rel.err':>8s}  meets")
+    for r in rows:
+        print(f"  {r['method']:8s} {r['target']:12s} {r['predicted_ms']:10.4g} {r['measured_ms']:10.4g} "
+              f"{100 * r['rel_error']:+7.2f}%  {'yes' if r['meets_target_measured'] else 'NO'}"
+              f"{'' if r['fingerprint_match'] else '  (fingerprint differs from the LUT)'}")
 
 
 def cmd_check_target(args) -> None:
@@ -173,6 +190,22 @@ def cmd_inspect(args) -> None:
     from .io import inspect
 
     print(inspect(args.file, rows=args.rows))
+
+
+def cmd_proxy(args) -> None:
+    from .proxy import proxy_scores
+
+    rows = proxy_scores(_config(args), args.device, args.decisions, args.unaries, args.model, args.out)
+    print(f"wrote {args.out}: {len(rows)} finalists")
+
+
+def cmd_pareto(args) -> None:
+    from .pareto import pareto_stage, summary_markdown
+
+    metrics = dict(m.split("=", 1) for m in args.metrics)
+    rows = pareto_stage(_config(args), args.device, args.measure, args.retrain, args.proxy, metrics, args.out,
+                        args.plots_dir, args.lut_validation)
+    print(summary_markdown(rows))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -272,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("retrain", help="train a decision's network from scratch; top-1 on the test split (§7)")
     _add_config(p)
     p.add_argument("--decision", required=True, help="a decisions parquet (one row)")
+    p.add_argument("--seed", type=int, help="this run's seed (default: the config's top-level seed)")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--resume-dir", required=True, help="where the resume checkpoint lives (not an output)")
     p.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (resume later)")
@@ -283,6 +317,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="a retrained model.pt")
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("measure", help="time a device's finalists with the profiling protocol (§7)")
+    _add_config(p)
+    p.add_argument("--device", required=True)
+    p.add_argument("--decisions", nargs="+", required=True, help="the finalists' decisions parquet files")
+    p.add_argument("--latency", required=True, help="the device's latency file (reference baseline, fingerprint)")
+    p.add_argument("--lut", required=True, help="the device's LUT (predicted latencies)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_measure)
+
+    p = sub.add_parser("proxy", help="supernet proxies of a device's finalists: Σδ and BN-recalibrated accuracy (§3)")
+    _add_config(p)
+    p.add_argument("--device", required=True)
+    p.add_argument("--decisions", nargs="+", required=True, help="the finalists' decisions parquet files")
+    p.add_argument("--unaries", required=True, help="the OWS supernet's unaries.parquet")
+    p.add_argument("--model", required=True, help="the OWS supernet's model.pt")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_proxy)
+
+    p = sub.add_parser("pareto", help="a device's results table and plots: accuracy vs measured latency (§7)")
+    _add_config(p)
+    p.add_argument("--device", required=True)
+    p.add_argument("--measure", required=True, help="the device's measure parquet")
+    p.add_argument("--retrain", nargs="+", required=True, help="the finalists' retraining result.parquet files")
+    p.add_argument("--proxy", help="the device's proxy parquet")
+    p.add_argument("--lut-validation", help="the device's LUT validation.parquet (its held-out quality is recorded)")
+    p.add_argument("--metrics", nargs="*", default=[], help="RUN=metrics.parquet of the supernet runs")
+    p.add_argument("--out", required=True, help="the Pareto figure (PDF; PNG and parquet beside it)")
+    p.add_argument("--plots-dir", required=True, help="folder of the other figures and their tables")
+    p.set_defaults(func=cmd_pareto)
 
     p = sub.add_parser("inspect", help="print an artifact's schema, provenance and first rows")
     p.add_argument("file")

@@ -34,6 +34,9 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "decide_baseline": ("space",),
     "retrain": ("seed", "space", "data", "retrain"),
     "export": ("seed", "space", "data"),
+    "proxy": ("seed", "space", "data", "supernet", "greedy"),
+    "pareto": ("space",),
+    "measure": ("seed", "space", "profiling", "measure"),
 }
 
 
@@ -100,8 +103,8 @@ def load(path: str | Path | None = None, inline_json: str | None = None) -> dict
     return validate(raw)
 
 
-# Target lists: each job's target is its wildcard, so adding a target never reruns the others.
-TARGET_KEYS = ("targets", "device_targets")
+# Target and seed lists: each job's target (seed) is its wildcard, so adding one never reruns the others.
+TARGET_KEYS = ("targets", "device_targets", "seeds")
 
 
 def _without_targets(section: Any) -> Any:
@@ -134,6 +137,11 @@ def device_targets(config: Mapping, device: str) -> list[str]:
 def aows_targets(config: Mapping, device: str) -> list[str]:
     """The targets that get an AOWS supernet on a device."""
     return list(config["aows"]["device_targets"].get(device, config["aows"]["targets"]))
+
+
+def retrain_seeds(config: Mapping) -> list[int]:
+    """The seeds every finalist is retrained with (retrain.seeds, else the top-level seed)."""
+    return list(config["retrain"]["seeds"] or [config["seed"]])
 
 
 def space_from_config(config: Mapping):

@@ -225,6 +225,32 @@ def read_configs(path: str | os.PathLike, space: SearchSpace) -> tuple[pa.Table,
     return table, meta
 
 
+def timing_counts(device, protocol: Mapping[str, Any]) -> tuple[int, int, float]:
+    """(repeats, warm-up, minimum timed seconds) of the protocol; one plain count on an analytic device."""
+    if device.analytic:
+        return 1, 0, 0.0
+    return int(protocol["repeats"]), int(protocol["warmup"]), protocol["min_time_ms"] / 1e3
+
+
+def time_network(device, channels, job: int, counts: tuple[int, int, float], statistic: str) -> dict[str, Any]:
+    """Time one network under the protocol (§4): the fitted statistic and the raw per-repeat statistics."""
+    repeats, warmup, min_time = counts
+    m = device.measure(list(channels), repeats, warmup, job, min_time_s=min_time)
+    s = np.asarray(m.samples, dtype=np.float64)
+    return {
+        "latency_ms_raw": STATISTICS[statistic](s),
+        "median_ms": float(np.median(s)),
+        "mean_ms": float(np.mean(s)),
+        "min_ms": float(np.min(s)),
+        "p10_ms": float(np.percentile(s, 10)),
+        "p90_ms": float(np.percentile(s, 90)),
+        "std_ms": float(np.std(s)),
+        "n_repeats": int(s.size),
+        "timed_s": float(m.timed_s),
+        "overhead_s": float(m.overhead_s),
+    }
+
+
 def profile(
     space: SearchSpace,
     device_name: str,
@@ -246,10 +272,7 @@ def profile(
     jobs = plan(space, configs, protocol, seed, device.analytic)
     header = {"plan": _plan_hash(jobs, protocol, fingerprint, space), "fingerprint": fingerprint, "space": space.hash}
     journal = Journal(Path(resume_dir) / f"profile_{device_name}.jsonl", header, protocol["checkpoint_every"])
-    stat = STATISTICS[protocol["statistic"]]
-    repeats = 1 if device.analytic else protocol["repeats"]
-    warmup = 0 if device.analytic else protocol["warmup"]
-    min_time = 0.0 if device.analytic else protocol["min_time_ms"] / 1e3
+    counts = timing_counts(device, protocol)
     done = len(journal.rows)
     t0 = journal.rows[0]["t_abs"] if journal.rows else time.time()
     todo = jobs[done:] if stop_after is None else jobs[done : done + stop_after]
@@ -262,8 +285,6 @@ def profile(
     try:
         for j in todo:
             t_abs = time.time()
-            m = device.measure(list(j.channels), repeats, warmup, j.job, min_time_s=min_time)
-            s = np.asarray(m.samples, dtype=np.float64)
             journal.append(
                 {
                     "job": j.job,
@@ -272,16 +293,7 @@ def profile(
                     "channels": list(j.channels),
                     "set": j.set,
                     "t_abs": t_abs,
-                    "latency_ms_raw": stat(s),
-                    "median_ms": float(np.median(s)),
-                    "mean_ms": float(np.mean(s)),
-                    "min_ms": float(np.min(s)),
-                    "p10_ms": float(np.percentile(s, 10)),
-                    "p90_ms": float(np.percentile(s, 90)),
-                    "std_ms": float(np.std(s)),
-                    "n_repeats": int(s.size),
-                    "timed_s": float(m.timed_s),
-                    "overhead_s": float(m.overhead_s),
+                    **time_network(device, j.channels, j.job, counts, protocol["statistic"]),
                 }
             )
             if bar is not None:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from aows_core import io
-from aows_core import greedy, retrain, train  # noqa: F401  (register their artifact schemas)
+from aows_core import greedy, measure, pareto, proxy, retrain, train  # noqa: F401  (register their artifact schemas)
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
@@ -30,8 +30,9 @@ TINY = {
     "greedy": {"n_eval": 64, "n_cal": 64, "batch_size": 64},
     "retrain": {"epochs": 1, "batch_size": 64, "eval_batch_size": 2000},
 }
-RETRAINED = ["results/retrain/synth/aows/range:0.5/result.parquet", "results/retrain/flops/greedy/range:0.3/result.parquet",
-             "results/export/synth/aows/range:0.5/model.onnx"]
+RETRAINED = ["results/retrain/synth/aows/range:0.5/seed0/result.parquet",
+             "results/retrain/flops/greedy/range:0.3/seed0/result.parquet",
+             "results/export/synth/aows/range:0.5/seed0/model.onnx"]
 
 
 def smk(workdir, *args, check=True):
@@ -43,7 +44,7 @@ def smk(workdir, *args, check=True):
 def tiny_run(tmp_path_factory):
     wd = tmp_path_factory.mktemp("wf")
     (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
-    r = smk(wd, "all", "decisions", *RETRAINED)
+    r = smk(wd, "all", "latency_models", "decisions", *RETRAINED)
     assert r.returncode == 0, r.stderr[-3000:]
     return wd
 
@@ -96,12 +97,31 @@ def test_tiny_end_to_end_run_writes_every_artifact(tiny_run):
         "results/decisions/flops/uniform/range:0.3.parquet": "decisions",
         RETRAINED[0]: "retrain",
         RETRAINED[1]: "retrain",
+        "results/measure/synth.parquet": "measure",
+        "results/measure/flops.parquet": "measure",
+        "results/proxy/synth.parquet": "proxy",
+        "results/pareto_synth.parquet": "pareto",
+        "results/pareto_flops.parquet": "pareto",
+        "results/plots/synth/latency.parquet": "pareto",
+        "results/plots/synth/configurations.parquet": "configurations",
+        "results/plots/synth/training.parquet": "training_curves",
+        "results/plots/flops/proxy.parquet": "proxy_check",
     }
     for rel, kind in kinds.items():
         table, meta = io.read_table(wd / rel, kind)
         assert table.schema.remove_metadata().equals(io.SCHEMAS[kind]), rel
         assert meta["aows_version"] and table.num_rows > 0
     assert (wd / "results/lut/synth/validation.pdf").stat().st_size > 1000
+    for dev in ("synth", "flops"):
+        assert (wd / f"results/pareto_{dev}.pdf").stat().st_size > 1000 and (wd / f"results/pareto_{dev}.png").exists()
+        for plot in ("latency", "configurations", "training", "proxy"):
+            assert (wd / f"results/plots/{dev}/{plot}.pdf").stat().st_size > 1000
+    # every finalist of a device is in its table: 4 methods × 2 decode targets + aows at its 1 target ... deduplicated
+    rows = io.read_table(wd / "results/pareto_flops.parquet", "pareto")[0].to_pylist()
+    assert {(r["method"], r["target"]) for r in rows} == {
+        *((m, t) for m in ("ows", "greedy", "uniform") for t in ("range:0.3", "range:0.8", "range:0.5")), ("aows", "range:0.5")}
+    assert all(r["meets_target_predicted"] for r in rows)
+    assert all(r["measured_ms"] == pytest.approx(r["predicted_ms"], rel=1e-9) for r in rows)  # flops: exact
     assert (wd / "results/lut/synth/validation.png").exists()
     v = io.read_table(wd / "results/lut/flops/validation.parquet", "lut_validation")[0].to_pylist()
     assert v[0]["model"] == "lut" and v[0]["rmse_ms"] < 1e-3 * v[0]["n"]  # flops are exactly additive
@@ -133,7 +153,7 @@ def test_infeasible_target_fails_before_any_training(tiny_run, tmp_path):
 
 def test_second_run_does_nothing_and_a_setting_reruns_only_its_stages(tiny_run):
     wd = tiny_run
-    r = smk(wd, "-n", "all", "decisions", *RETRAINED)
+    r = smk(wd, "-n", "all", "latency_models", "decisions", *RETRAINED)
     assert "Nothing to be done" in r.stdout + r.stderr
     cfg = json.loads(json.dumps(TINY))
     cfg["lut"]["ridge"] = 1e-5
@@ -142,12 +162,41 @@ def test_second_run_does_nothing_and_a_setting_reruns_only_its_stages(tiny_run):
     out = r.stdout
     assert "fit_lut" in out and "validate_lut" in out
     assert "rule profile:" not in out and "rule sample_configs:" not in out and "rule train_ows:" not in out
-    # changing only the OWS targets reruns only decoding
+    # changing only the OWS targets reruns only decode, retrain, measure and the results
     cfg = json.loads(json.dumps(TINY))
     cfg["decode"]["targets"] = ["range:0.3", "range:0.6"]
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
-    out = smk(wd, "-n", "all", "decisions").stdout
-    assert "rule decode:" in out and "rule train_ows:" not in out and "rule train_aows:" not in out
-    assert "rule greedy_trajectory:" not in out
-    assert "rule fit_lut:" not in out and "rule profile:" not in out
+    out = smk(wd, "-n", "all").stdout
+    for rule in ("decode", "decide_baseline", "retrain", "measure", "pareto"):
+        assert f"rule {rule}:" in out, rule
+    for rule in ("sample_configs", "profile", "fit_lut", "train_ows", "train_aows", "greedy_trajectory"):
+        assert f"rule {rule}:" not in out, rule
     (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
+
+
+def test_a_killed_run_completes_with_rerun_incomplete_without_redoing_finished_stages(tiny_run, tmp_path):
+    import os
+    import signal
+    import shutil
+    import time
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(TINY))
+    for d in ("latency", "lut"):
+        shutil.copytree(tiny_run / "results" / d, tmp_path / "results" / d)
+    lut = tmp_path / "results/lut/synth/lut.parquet"
+    before = lut.stat().st_mtime_ns
+    cmd = ["snakemake", "-s", str(SNAKEFILE), "--directory", str(tmp_path), "--cores", "1", "results/pareto_synth.pdf"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = tmp_path / "results/logs/train_ows.log"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (log.exists() and "supernet ows" in log.read_text()):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole job tree, mid-training: no clean-up runs
+    proc.wait()
+    assert not (tmp_path / "results/supernet/ows/model.pt").exists()
+    smk(tmp_path, "--unlock")  # a SIGKILLed Snakemake leaves its lock (a Ctrl-C would release it)
+    r = smk(tmp_path, "--rerun-incomplete", "results/pareto_synth.pdf", check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert lut.stat().st_mtime_ns == before  # profiling and the LUT were not redone
+    assert "rule profile:" not in r.stdout and "rule fit_lut:" not in r.stdout
+    assert (tmp_path / "results/pareto_synth.pdf").exists()

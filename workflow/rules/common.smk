@@ -5,7 +5,13 @@ Nothing heavy is imported here (aows_core.config needs only PyYAML and jsonschem
 
 import json
 
-from aows_core.config import aows_targets, device_targets, settings_hash, stage_settings
+from aows_core.config import (
+    aows_targets,
+    device_targets,
+    retrain_seeds,
+    settings_hash,
+    stage_settings,
+)
 
 
 def settings(stage, device=None):
@@ -43,4 +49,42 @@ def all_targets(device):
     """Targets decided by every method on a device: the decode targets and the AOWS ones."""
     return list(
         dict.fromkeys(device_targets(config, device) + aows_targets(config, device))
+    )
+
+
+def finalists(device):
+    """(method, target) of every finalist of a device: all four methods at every target."""
+    return [
+        (m, t) for m in ("ows", "greedy", "uniform") for t in all_targets(device)
+    ] + [("aows", t) for t in aows_targets(config, device)]
+
+
+def finalist_files(pattern):
+    """Input function: `pattern` ({device}, {method}, {target}, optional {seed}) for every finalist
+    of the device (and every retrain seed)."""
+    return lambda wildcards: list(
+        dict.fromkeys(
+            pattern.format(device=wildcards.device, method=m, target=t, seed=s)
+            for m, t in finalists(wildcards.device)
+            for s in retrain_seeds(config)
+        )
+    )
+
+
+def supernet_runs(device):
+    """RUN=metrics.parquet of the OWS run and of the device's AOWS runs."""
+    runs = ["ows=results/supernet/ows/metrics.parquet"]
+    runs += [
+        f"aows {t}=results/supernet/aows/{device}/{t}/metrics.parquet"
+        for t in aows_targets(config, device)
+    ]
+    return runs
+
+
+def plot_output(name, caption):
+    return report(
+        f"results/plots/{{device}}/{name}.pdf",
+        caption=f"../report/{caption}.rst",
+        category="Results",
+        subcategory="{device}",
     )
