@@ -14,21 +14,7 @@ import numpy as np
 
 from .chain import Chain, InfeasibleTarget
 from .decode import lut_tables, resolve_target
-from .space import SearchSpace
-
-
-def uniform_configs(space: SearchSpace) -> list[tuple[float, list[int]]]:
-    """Every distinct uniform configuration: each layer at the choice nearest to m·base, m over the space's ratios."""
-    if len(space.base) != space.n_edges:
-        raise ValueError(f"space {space.name!r} records no base widths; uniform multipliers are undefined for it")
-    base = space.base[:-1]
-    ratios = sorted({w / b for c, b in zip(space.layer_choices, base) for w in c})
-    out: list[tuple[float, list[int]]] = []
-    for m in ratios:
-        cfg = [min(c, key=lambda w: (abs(w - m * b), w)) for c, b in zip(space.layer_choices, base)]
-        if not out or cfg != out[-1][1]:
-            out.append((float(m), cfg))
-    return out
+from .space import SearchSpace, multiplier_configs
 
 
 def _row(space: SearchSpace, method: str, device: str, target: str, value: float, unit: str, channels: list[int],
@@ -63,7 +49,7 @@ def decide_greedy(space: SearchSpace, trajectory: Sequence[Sequence[int]], x: np
 def decide_uniform(space: SearchSpace, x: np.ndarray, targets: Sequence[str], *, device: str,
                    unit: str) -> list[dict[str, Any]]:
     """Per target, the largest uniform width multiplier whose LUT latency meets it."""
-    cands = uniform_configs(space)
+    cands = multiplier_configs(space)
     lat = _latencies(space, x, [c for _, c in cands])
     rows = []
     for t in targets:

@@ -296,6 +296,20 @@ def mobilenet_v1_space(
     return SearchSpace(name, tuple(choices), tuple(thetas), tuple(base))
 
 
+def multiplier_configs(space: SearchSpace) -> list[tuple[float, list[int]]]:
+    """Every distinct uniform configuration: each layer at the choice nearest to m·base, m over the space's ratios."""
+    if len(space.base) != space.n_edges:
+        raise ValueError(f"space {space.name!r} records no base widths; uniform multipliers are undefined for it")
+    base = space.base[:-1]
+    ratios = sorted({w / b for c, b in zip(space.layer_choices, base) for w in c})
+    out: list[tuple[float, list[int]]] = []
+    for m in ratios:
+        cfg = [min(c, key=lambda w: (abs(w - m * b), w)) for c, b in zip(space.layer_choices, base)]
+        if not out or cfg != out[-1][1]:
+            out.append((float(m), cfg))
+    return out
+
+
 PRESETS: dict[str, dict] = {
     # The paper's ImageNet setting (supplementary table): 224×224 RGB, 1000 classes.
     "mobilenet_v1_imagenet": dict(resolution=224, in_channels=3, num_classes=1000),

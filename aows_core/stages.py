@@ -14,7 +14,7 @@ import numpy as np
 from . import io
 from .config import space_from_config
 from .profiling import read_configs, read_latency
-from .space import SearchSpace
+from .space import SearchSpace, multiplier_configs
 
 SETS = ("train", "lambda_val", "test")
 
@@ -33,13 +33,21 @@ def sample(config: Mapping[str, Any], out: str | os.PathLike) -> dict[str, int]:
         sampler = "biased" if name == "train" else "uniform"
         for k in idx:
             rows.append({"config_id": len(rows), "channels": space.channels_of(k), "set": name, "sampler": sampler})
+        if name == "train" and s["anchors"]:  # the uniform multipliers, min and max included, if not sampled already
+            seen = {tuple(r["channels"]) for r in rows}
+            for _, ch in multiplier_configs(space):
+                if tuple(ch) not in seen:
+                    rows.append({"config_id": len(rows), "channels": list(ch), "set": "train", "sampler": "anchor"})
+                    seen.add(tuple(ch))
+                    counts["anchors"] = counts.get("anchors", 0) + 1
     meta = io.provenance(
         space_name=space.name,
         space_hash=space.hash,
         space=space.to_dict(),
         seed=config["seed"],
         sampling=dict(s),
-        sampler="train: coverage-biased (supplementary A); lambda_val, test: uniform",
+        sampler="train: coverage-biased (supplementary A) plus, if sampling.anchors, the uniform multipliers "
+        "(sampler 'anchor'); lambda_val, test: uniform",
         coverage_lower_bound=int(coverage_lower_bound(space, s["coverage"])),
     )
     io.write_records(rows, out, "configs", meta)

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from aows_core.baselines import decide_greedy, decide_uniform, uniform_configs
+from aows_core.baselines import decide_greedy, decide_uniform
+from aows_core.space import multiplier_configs as uniform_configs
 from aows_core.chain import InfeasibleTarget
 from aows_core.devices.flops import variable_macs
 from aows_core.space import get_space

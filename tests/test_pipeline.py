@@ -81,3 +81,24 @@ def test_latency_file_of_another_device_or_space_is_refused(run, tmp_path):
     with pytest.raises(io.ArtifactError, match="profiled on space"):
         fit_lut(other, "synth", d / "lat.parquet", tmp_path / "l.parquet", tmp_path / "f.parquet")
     assert not (tmp_path / "l.parquet").exists()
+
+
+def test_anchors_put_the_uniform_multipliers_in_the_training_set_and_pin_the_extremes(run):
+    from aows_core.space import multiplier_configs
+
+    d, cfg, space, fit, val = run
+    configs = io.read_table(d / "configs.parquet", "configs")[0].to_pylist()
+    train = {tuple(r["channels"]) for r in configs if r["set"] == "train"}
+    anchors = [tuple(ch) for _, ch in multiplier_configs(space)]
+    assert tuple(space.min_config) in anchors and tuple(space.max_config) in anchors
+    assert set(anchors) <= train
+    assert all(r["sampler"] in ("biased", "anchor") for r in configs if r["set"] == "train")
+    # the extremes of the space are predicted from observed networks, not extrapolated
+    lut = io.read_table(d / "lut.parquet", "lut")[0]
+    from aows_core.lut import lut_vector, predict
+
+    x = lut_vector(space, lut)
+    dev = get_device(cfg["devices"]["synth"], space, cfg["seed"])
+    idx = np.array([space.indices(c) for c in anchors])
+    truth = np.array([dev.true_latency(list(c)) for c in anchors])
+    assert np.max(np.abs(np.log(predict(space, x, idx) / truth))) < 0.1

@@ -200,3 +200,12 @@ def test_a_killed_run_completes_with_rerun_incomplete_without_redoing_finished_s
     assert lut.stat().st_mtime_ns == before  # profiling and the LUT were not redone
     assert "rule profile:" not in r.stdout and "rule fit_lut:" not in r.stdout
     assert (tmp_path / "results/pareto_synth.pdf").exists()
+
+
+def test_report_holds_every_plot_with_its_caption(tiny_run):
+    r = smk(tiny_run, "--report", "results/report.html", "all")
+    assert r.returncode == 0, r.stderr[-2000:]
+    html = (tiny_run / "results/report.html").read_text()
+    for name in ("pareto_synth.pdf", "pareto_flops.pdf", "configurations.pdf", "proxy.pdf", "training.pdf", "latency.pdf"):
+        assert name in html, name
+    assert "Kendall" in html and "Wilson" in html  # captions
