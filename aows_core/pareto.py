@@ -96,7 +96,7 @@ io.SCHEMAS.setdefault(
 )
 
 
-def _one_per_finalist(paths: Sequence[str | os.PathLike], kind: str) -> dict[tuple[str, str], list[dict]]:
+def _rows_by_finalist(paths: Sequence[str | os.PathLike], kind: str) -> dict[tuple[str, str], list[dict]]:
     """Rows of `kind` artifacts keyed by (method, target)."""
     out: dict[tuple[str, str], list[dict]] = {}
     for p in paths:
@@ -124,7 +124,7 @@ def results_table(device: str, measure: str | os.PathLike, retrain: Sequence[str
     from .devices.flops import network_macs
 
     mtable, mmeta = io.read_table(measure, "measure")
-    runs = _one_per_finalist(retrain, "retrain")
+    runs = _rows_by_finalist(retrain, "retrain")
     prox = {(r["method"], r["target"]): r for r in io.read_table(proxy, "proxy")[0].to_pylist()} if proxy else {}
     rows = []
     for m in mtable.to_pylist():
