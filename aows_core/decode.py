@@ -171,3 +171,17 @@ def decide(
 
 def write_decisions(rows: list[dict], path: str | os.PathLike, meta: Mapping[str, Any]) -> None:
     io.write_records(rows, path, "decisions", io.provenance(**meta))
+
+
+def read_decisions(paths: Sequence[str | os.PathLike], space: SearchSpace, device: str) -> list[dict[str, Any]]:
+    """Every row of the finalists' decision artifacts, refused if decided for another space or device."""
+    rows = []
+    for p in paths:
+        table, meta = io.read_table(p, "decisions")
+        if meta.get("space_hash") != space.hash:
+            raise io.ArtifactError(f"{p} was decided on space {meta.get('space_hash')}, not the configured {space.hash}")
+        for r in table.to_pylist():
+            if r["device"] != device:
+                raise io.ArtifactError(f"{p} is a decision for device {r['device']!r}, not {device!r}")
+            rows.append({**r, "source": str(p)})
+    return rows

@@ -152,7 +152,8 @@ def _row(space: SearchSpace, step: int, idx: Sequence[int], layer: int, errors: 
             "error": errors / n, "cross_entropy": ce / n, "candidates": candidates}
 
 
-def _first(batches, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def first_images(batches, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first n (images, labels) of a batch iterator; a clear error if the split holds fewer."""
     xs, ys, got = [], [], 0
     for x, y in batches:
         xs.append(x)
@@ -193,8 +194,8 @@ def greedy_trajectory(config: Mapping[str, Any], model_path: str | os.PathLike, 
     model.load_state_dict(load_model_state(model_path, space))
     splits = load(data_spec(config))
     check_space(splits.info, space)
-    x_eval, y_eval = _first(splits.search_val_batches(int(g["batch_size"])), int(g["n_eval"]))
-    cal, _ = _first(splits.calibration_batches(int(g["batch_size"])), int(g["n_cal"]))
+    x_eval, y_eval = first_images(splits.search_val_batches(int(g["batch_size"])), int(g["n_eval"]))
+    cal, _ = first_images(splits.calibration_batches(int(g["batch_size"])), int(g["n_cal"]))
     scorer = GreedyScorer(model, cal, x_eval, y_eval, g["batch_size"])
     rows = greedy_search(scorer, progress=progress)
     meta = io.provenance(space_name=space.name, space_hash=space.hash, seed=config["seed"], n_eval=int(g["n_eval"]),

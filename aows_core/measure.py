@@ -31,8 +31,8 @@ import pyarrow as pa
 
 from . import io
 from .config import space_from_config, stage_settings
+from .decode import read_decisions
 from .profiling import correct_drift, read_latency, reference_config, time_network, timing_counts
-from .space import SearchSpace
 
 io.SCHEMAS.setdefault(
     "measure",
@@ -99,33 +99,6 @@ def plan(
     return jobs
 
 
-def correct_to_baseline(rows: list[dict], baseline: float) -> tuple[list[dict], float]:
-    """corrected = raw × baseline / ref(job), ref as in profiling.correct_drift; returns rows and the session's own baseline."""
-    rows, session = correct_drift(rows)
-    if math.isnan(session):  # no reference (analytic device): corrected = raw
-        return rows, session
-    for r in rows:
-        r["latency_ms"] = r["latency_ms"] * baseline / session
-        r["drift_factor"] = r["drift_factor"] * session / baseline
-    return rows, session
-
-
-def read_decisions(paths: Sequence[str | os.PathLike], space: SearchSpace, device: str) -> list[dict[str, Any]]:
-    """Every row of the finalists' decision artifacts, refused if decided for another space or device."""
-    rows = []
-    for p in paths:
-        table, meta = io.read_table(p, "decisions")
-        if meta.get("space_hash") != space.hash:
-            raise io.ArtifactError(f"{p} was decided on space {meta.get('space_hash')}, not the configured {space.hash}")
-        for r in table.to_pylist():
-            if r["device"] != device:
-                raise io.ArtifactError(f"{p} is a decision for device {r['device']!r}, not {device!r}")
-            rows.append({**r, "source": str(p)})
-    if not rows:
-        raise MeasureError(f"no finalists to measure on device {device!r}: the decision files hold no rows")
-    return rows
-
-
 def _same_target(device, spec: Mapping, lmeta: Mapping, protocol: Mapping, latency: str | os.PathLike) -> None:
     """Refuse a session whose device settings or timing protocol differ from the profiled ones (§4 same form)."""
     from .devices.base import normalise_spec
@@ -181,6 +154,8 @@ def measure(
             f"{latency} (device {lmeta.get('device')!r}, fingerprint {lmeta.get('fingerprint')}); fit the LUT on that file"
         )
     finalists = read_decisions(decisions, space, device_name)
+    if not finalists:
+        raise MeasureError(f"no finalists to measure on device {device_name!r}: the decision files hold no rows")
     for f in finalists:
         pred = float(lut.predict(space, x, space.indices(f["channels"])))
         if not math.isclose(pred, f["predicted_latency_ms"], rel_tol=PREDICTION_RTOL, abs_tol=1e-12):
@@ -215,7 +190,7 @@ def measure(
         device.close()
 
     baseline = float(lmeta["reference_baseline"]) if not device.analytic else float("nan")
-    rows, session_baseline = correct_to_baseline(rows, baseline)
+    rows, session_baseline = correct_drift(rows, baseline=None if device.analytic else baseline)
     per_net: dict[int, list[tuple[float, float]]] = {}
     for r in rows:
         if r["role"] == "finalist":

@@ -68,14 +68,14 @@ def _plt():
     return plt
 
 
-def _by_method(rows):
+def _by_method(rows, key: str = "measured_ms"):
+    """(method, its rows sorted by `key`) in the order aows, ows, greedy, uniform, then any other."""
     from .pareto import METHODS
 
     out = {}
     for r in rows:
         out.setdefault(r["method"], []).append(r)
-    return [(m, sorted(out[m], key=lambda r: r["measured_ms"])) for m in (*METHODS, *sorted(set(out) - set(METHODS)))
-            if m in out]
+    return [(m, sorted(out[m], key=lambda r: r[key])) for m in (*METHODS, *sorted(set(out) - set(METHODS))) if m in out]
 
 
 def pareto_front(rows, meta, out) -> None:
@@ -96,7 +96,6 @@ def pareto_front(rows, meta, out) -> None:
     what = "95 % Wilson interval" if seeds == 1 else f"95 % interval over {seeds} seeds"
     ax.set_xlabel(f"measured latency on {meta.get('device')} ({unit}; dashed: targets)", fontsize=8)
     ax.set_ylabel(f"test top-1 (%), {what}", fontsize=8)
-    tau = meta.get("kendall_tau_sum_delta")
     ax.set_title(f"{meta.get('device')}: retrained finalists; targets met (measured) "
                  f"{meta.get('targets_met_measured')}/{meta.get('n')}", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
@@ -194,7 +193,7 @@ def proxy_check(rows, meta, out) -> None:
     labels = {"-sum_delta": "−Σδ (OWS unaries)", "supernet_acc": "supernet top-1, BN recalibrated"}
     for ax, p in zip(axes[0], proxies):
         rs = [r for r in rows if r["proxy"] == p]
-        for m, sub in _by_method([{**r, "measured_ms": r["score"]} for r in rs]):
+        for m, sub in _by_method(rs, key="score"):
             ax.scatter([r["score"] for r in sub], [100 * r["test_acc"] for r in sub], color=COLORS.get(m),
                        marker=MARKERS.get(m, "o"), label=m)
         tau = rs[0]["kendall_tau"]

@@ -193,11 +193,14 @@ def running_median(values: np.ndarray, window: int) -> np.ndarray:
     return np.array([np.median(values[max(0, i - h) : i + h + 1]) for i in range(len(values))])
 
 
-def correct_drift(rows: list[dict], window: int = DRIFT_WINDOW) -> tuple[list[dict], float]:
-    """Fill drift_factor and latency_ms from the reference measurements; returns rows and the baseline.
+def correct_drift(rows: list[dict], window: int = DRIFT_WINDOW,
+                  baseline: float | None = None) -> tuple[list[dict], float]:
+    """Fill drift_factor and latency_ms from the reference measurements; returns rows and the session's baseline.
 
     The reference series is smoothed by a running median over `window` measurements before it is
     interpolated, so a reference timed during a burst of interference does not distort its neighbours.
+    Latencies are corrected to `baseline` (another session's, e.g. the LUT's) when given, else to this
+    session's own baseline (the median of its smoothed references).
     """
     refs = [(r["job"], r["latency_ms_raw"]) for r in rows if r["role"] == "reference"]
     if not refs:
@@ -206,12 +209,13 @@ def correct_drift(rows: list[dict], window: int = DRIFT_WINDOW) -> tuple[list[di
         return rows, float("nan")
     jobs, vals = np.asarray(refs, dtype=np.float64).T
     vals = running_median(vals, window)
-    baseline = float(np.median(vals))
+    session = float(np.median(vals))
+    to = session if baseline is None else float(baseline)
     for r in rows:
-        f = float(np.interp(r["job"], jobs, vals)) / baseline
+        f = float(np.interp(r["job"], jobs, vals)) / to
         r["drift_factor"] = f
         r["latency_ms"] = r["latency_ms_raw"] / f
-    return rows, baseline
+    return rows, session
 
 
 def read_configs(path: str | os.PathLike, space: SearchSpace) -> tuple[pa.Table, dict]:

@@ -45,22 +45,14 @@ def proxy_scores(config: Mapping[str, Any], device: str, decisions: Sequence[str
     """Stage: Σδ under the OWS unaries and BN-recalibrated OWS-supernet accuracy of every finalist."""
     from .config import space_from_config
     from .data import check_space, load
-    from .decode import read_unaries
-    from .greedy import GreedyScorer, _first, load_model_state
+    from .decode import read_decisions, read_unaries
+    from .greedy import GreedyScorer, first_images, load_model_state
     from .supernet import SlimmableMobileNetV1
     from .train import data_spec
 
     space = space_from_config(config)
     u, _, epoch = read_unaries(unaries, space)
-    finalists = []
-    for path in decisions:
-        table, meta = io.read_table(path, "decisions")
-        if meta.get("space_hash") != space.hash:
-            raise io.ArtifactError(f"{path} was decided on space {meta.get('space_hash')}, not {space.hash}")
-        (row,) = table.to_pylist()
-        if row["device"] != device:
-            raise io.ArtifactError(f"{path} is a decision for device {row['device']!r}, not {device!r}")
-        finalists.append(row)
+    finalists = read_decisions(decisions, space, device)
 
     torch.set_num_threads(int(config["supernet"]["threads"]))
     net = SlimmableMobileNetV1(space, channels_last=bool(config["supernet"]["channels_last"]))
@@ -68,16 +60,15 @@ def proxy_scores(config: Mapping[str, Any], device: str, decisions: Sequence[str
     d, bs = config["data"], int(config["greedy"]["batch_size"])
     splits = load(data_spec(config))
     check_space(splits.info, space)
-    x_eval, y_eval = _first(splits.search_val_batches(bs), int(d["search_val"]))
-    cal, _ = _first(splits.calibration_batches(bs), int(d["calibration"]))
+    x_eval, y_eval = first_images(splits.search_val_batches(bs), int(d["search_val"]))
+    cal, _ = first_images(splits.calibration_batches(bs), int(d["calibration"]))
     scorer = GreedyScorer(net, cal, x_eval, y_eval, bs)
     scored: dict[tuple[int, ...], int] = {}
-    rows = []
+    rows, n = [], len(y_eval)
     for r in finalists:
         ch = tuple(int(c) for c in r["channels"])
         if ch not in scored:
             scored[ch] = scorer.score(ch)[0]
-        n = len(y_eval)
         rows.append({"method": r["method"], "device": device, "target": r["target"], "channels": list(ch),
                      "sum_delta": sum_delta(u, space.indices(ch)), "supernet_errors": scored[ch], "supernet_n": n,
                      "supernet_acc": 1.0 - scored[ch] / n})

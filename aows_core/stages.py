@@ -13,7 +13,7 @@ import numpy as np
 
 from . import io
 from .config import space_from_config
-from .profiling import read_configs, read_latency
+from .profiling import read_latency
 from .space import SearchSpace, multiplier_configs
 
 SETS = ("train", "lambda_val", "test")
