@@ -189,6 +189,15 @@ def cmd_train_supernet(args) -> None:
 def cmd_inspect(args) -> None:
     from .io import inspect
 
+    if str(args.file).endswith((".yaml", ".yml")):  # a config: validate it and show it with every default
+        import yaml
+
+        from .config import load
+
+        cfg = load(args.file)
+        print(f"# {args.file}: a valid aows configuration; with the schema's defaults filled in:")
+        print(yaml.safe_dump(cfg, sort_keys=False))
+        return
     print(inspect(args.file, rows=args.rows))
 
 
@@ -356,12 +365,21 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+# Arguments naming what a stage writes: checked writable before any work starts.
+OUTPUT_FILES = ("out", "report", "predictions", "plot")
+OUTPUT_FOLDERS = ("out_dir", "resume_dir", "plots_dir")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable = args.func
     try:
+        from .io import check_writable
+
+        check_writable([getattr(args, a) for a in OUTPUT_FILES if getattr(args, a, None)],
+                       [getattr(args, a) for a in OUTPUT_FOLDERS if getattr(args, a, None)])
         func(args)
-    except (ValueError, RuntimeError, FileNotFoundError) as e:
+    except (ValueError, RuntimeError, OSError) as e:  # OSError: missing files, permissions, a full disk
         print(f"aows {args.command}: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -40,8 +42,47 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The unit each backend's latency table is in: targets must match it (or be relative, `range:`).
+BACKEND_UNITS: dict[str, str] = {
+    "torch-cpu": "ms", "torch-cuda": "ms", "onnxruntime": "ms", "synthetic": "ms", "flops": "MMAC",
+}
+
+TARGET_RE = re.compile(r"^(?:(?P<ms>\d+(?:\.\d+)?)ms|(?P<mflops>\d+(?:\.\d+)?)mflops|range:(?P<range>\d+(?:\.\d+)?))$")
+# The same grammar as a JSON-schema pattern (config.schema.yaml uses it for every target list).
+TARGET_PATTERN = TARGET_RE.pattern
+
+
 class ConfigError(ValueError):
     """A configuration key or value the schema refuses."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed target string: kind ∈ {ms, mflops, range} and its number."""
+
+    text: str
+    kind: str
+    value: float
+
+    @property
+    def unit(self) -> str | None:
+        """The unit an absolute target is in (None for a relative one)."""
+        return {"ms": "ms", "mflops": "MMAC"}.get(self.kind)
+
+
+def parse_target(text: str) -> Target:
+    """Parse `4.5ms`, `325mflops` or `range:0.3`; anything else is an error saying what is accepted."""
+    m = TARGET_RE.match(str(text).strip())
+    if not m:
+        raise ValueError(
+            f"malformed latency target {text!r}; write an absolute target like '4.5ms' (ms devices) or "
+            f"'325mflops' (the flops device), or a relative one like 'range:0.3' (0 = fastest, 1 = slowest network)"
+        )
+    kind = next(k for k, v in m.groupdict().items() if v is not None)
+    value = float(m.group(kind))
+    if kind == "range" and not 0.0 <= value <= 1.0:
+        raise ValueError(f"relative target {text!r} must lie in range:0 … range:1 (0 = fastest, 1 = slowest network)")
+    return Target(str(text).strip(), kind, value)
 
 
 def load_schema() -> dict:
@@ -65,6 +106,34 @@ def _fill_defaults(schema: Mapping, instance: Any) -> None:
                 _fill_defaults(extra, value)
 
 
+def _coerce_strings(schema: Mapping, instance: Any) -> Any:
+    """Numbers, booleans and lists given as strings (Snakemake's `--config 'section={key: 7}'` passes nested
+    values as YAML strings) read as YAML where the schema wants another type; anything else is left as is."""
+    types = schema.get("type")
+    types = [types] if isinstance(types, str) else list(types or [])
+    if isinstance(instance, str) and types and "string" not in types:
+        try:
+            value = yaml.safe_load(instance)
+        except yaml.YAMLError:
+            return instance
+        kinds = {"integer": int, "number": (int, float), "boolean": bool, "array": list, "object": dict,
+                 "null": type(None)}
+        if any(isinstance(value, kinds[t]) and not (t in ("integer", "number") and isinstance(value, bool))
+               for t in types if t in kinds):
+            return value
+        return instance
+    if isinstance(instance, dict):
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        for key, value in instance.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                instance[key] = _coerce_strings(sub, value)
+    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        return [_coerce_strings(schema["items"], v) for v in instance]
+    return instance
+
+
 def _path(error: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "(top level)"
 
@@ -73,6 +142,7 @@ def validate(config: Mapping | None) -> dict:
     """A validated copy of `config` with every default filled; ConfigError names the bad key."""
     cfg = copy.deepcopy(dict(config or {}))
     schema = load_schema()
+    cfg = _coerce_strings(schema, cfg)
     _fill_defaults(schema, cfg)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
@@ -86,20 +156,73 @@ def validate(config: Mapping | None) -> dict:
             else:
                 lines.append(f"config key {_path(e)}: {e.message}")
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
+    lines = _target_errors(cfg)
+    if lines:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
     return cfg
+
+
+def _target_errors(cfg: Mapping) -> list[str]:
+    """Every device has a target, and every target parses and is in its device's unit (or relative)."""
+    lines = []
+    for section in ("decode", "aows"):
+        for dev in cfg[section]["device_targets"]:
+            if dev not in cfg["devices"]:
+                lines.append(f"config key {section}.device_targets.{dev}: no device {dev!r} is configured; "
+                             f"configured devices: {sorted(cfg['devices'])}")
+    for dev, spec in cfg["devices"].items():
+        unit = BACKEND_UNITS[spec["backend"]]
+        lists = {
+            (f"{s}.device_targets.{dev}" if dev in cfg[s]["device_targets"] else f"{s}.targets"):
+            (cfg[s]["device_targets"][dev] if dev in cfg[s]["device_targets"] else cfg[s]["targets"])
+            for s in ("decode", "aows")
+        }
+        if not any(lists.values()):
+            lines.append(f"device {dev!r} has no latency target: {' and '.join(lists)} are empty; give it at least "
+                         f"one (e.g. decode.targets: ['range:0.5']). An empty aows list alone means no AOWS supernet")
+        for key, targets in lists.items():
+            for t in targets:
+                try:
+                    target = parse_target(t)
+                except ValueError as e:
+                    lines.append(f"config key {key}: {e}")
+                    continue
+                if target.unit is not None and target.unit != unit:
+                    lines.append(
+                        f"config key {key}: target {t!r} is in {target.unit}, but device {dev!r} "
+                        f"(backend {spec['backend']}) is timed in {unit}; use "
+                        f"{'an ms target' if unit == 'ms' else 'a mflops target'} such as "
+                        f"{'4.5ms' if unit == 'ms' else '325mflops'}, a relative one such as 'range:0.5', or a "
+                        f"per-device list under {key.split('.')[0]}.device_targets.{dev}")
+    return list(dict.fromkeys(lines))
 
 
 def load(path: str | Path | None = None, inline_json: str | None = None) -> dict:
     """Load and validate a config file (YAML) or an inline JSON string; neither gives all defaults."""
     if inline_json is not None:
-        raw = json.loads(inline_json)
+        try:
+            raw = json.loads(inline_json)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--config-json is not valid JSON ({e})") from e
+        where = "--config-json"
     elif path is not None:
         p = Path(path)
         if not p.exists():
             raise ConfigError(f"config file {p} does not exist")
-        raw = yaml.safe_load(p.read_text()) or {}
+        try:
+            raw = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {p} is not valid YAML; fix the syntax:\n{e}") from e
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file {p} is not a text (YAML) file ({e})") from e
+        where = f"config file {p}"
     else:
+        raw, where = {}, ""
+    if raw is None:
         raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} holds a {type(raw).__name__}, not a mapping of sections; a config looks like "
+                          f"`seed: 0`, `space: {{preset: ...}}`, `devices: {{...}}` (see config.yaml)")
     return validate(raw)
 
 

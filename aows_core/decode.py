@@ -11,44 +11,14 @@ from __future__ import annotations
 
 import math
 import os
-import re
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from . import io
 from .chain import Chain, DecodeResult, apply_unvisited
+from .config import TARGET_PATTERN, Target, parse_target  # noqa: F401  (the target grammar)
 from .space import SearchSpace
-
-TARGET_RE = re.compile(r"^(?:(?P<ms>\d+(?:\.\d+)?)ms|(?P<mflops>\d+(?:\.\d+)?)mflops|range:(?P<range>\d+(?:\.\d+)?))$")
-# The same grammar as a JSON-schema pattern (config.schema.yaml uses it for every target list).
-TARGET_PATTERN = TARGET_RE.pattern
-
-
-@dataclass(frozen=True)
-class Target:
-    """A parsed target string: kind ∈ {ms, mflops, range} and its number."""
-
-    text: str
-    kind: str
-    value: float
-
-
-def parse_target(text: str) -> Target:
-    """Parse `4.5ms`, `325mflops` or `range:0.3`; anything else is an error saying what is accepted."""
-    m = TARGET_RE.match(str(text).strip())
-    if not m:
-        raise ValueError(
-            f"malformed latency target {text!r}; write an absolute target like '4.5ms' (ms devices) or "
-            f"'325mflops' (the flops device), or a relative one like 'range:0.3' (0 = fastest, 1 = slowest network)"
-        )
-    kind = next(k for k, v in m.groupdict().items() if v is not None)
-    value = float(m.group(kind))
-    if kind == "range" and not 0.0 <= value <= 1.0:
-        raise ValueError(f"relative target {text!r} must lie in range:0 … range:1")
-    return Target(str(text).strip(), kind, value)
-
 
 def lut_tables(space: SearchSpace, x: np.ndarray) -> list[np.ndarray]:
     """Per-edge latency tables L_i(c_i, c_{i+1}) of eq. lat from a LUT vector; NaN/inf refused."""
@@ -101,6 +71,10 @@ def read_unaries(path: str | os.PathLike, space: SearchSpace, epoch: int | None 
     widths = table.column("width").to_numpy()[sel]
     counts = table.column("count").to_numpy()[sel]
     deltas = table.column("delta").to_numpy(zero_copy_only=False)[sel].astype(np.float64)
+    if (counts < 0).any():
+        k = int(np.flatnonzero(counts < 0)[0])
+        raise io.ArtifactError(f"{path}: layer {int(layers[k])} width {int(widths[k])} has count {int(counts[k])}; a count "
+                               f"is never negative: the file is corrupt, rerun the supernet training that wrote it")
     u = [np.zeros(1)] + [np.full(len(c), np.nan) for c in space.layer_choices] + [np.zeros(1)]
     seen = [np.zeros(len(c), bool) for c in space.layer_choices]
     for layer, w, n, d in zip(layers, widths, counts, deltas):

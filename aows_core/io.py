@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -146,12 +147,38 @@ def write_table(table: pa.Table, path: str | os.PathLike, kind: str, meta: Mappi
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; an artifact gets the mode any new file gets
     try:
         pq.write_table(table, tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def notice(message: str) -> None:
+    """A message for the person running the stage (stderr, which the rules' logs keep)."""
+    print(f"aows: {message}", file=sys.stderr, flush=True)
+
+
+def check_writable(paths: list[str | os.PathLike], folders: list[str | os.PathLike] = ()) -> None:
+    """Refuse, before any work, output files (or folders) that could not be written."""
+    for p, is_dir in [(Path(p), False) for p in paths] + [(Path(f), True) for f in folders]:
+        where = p if is_dir else p.parent
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise PermissionError(f"cannot create the folder {where} for {p} ({e.strerror}); run where you can "
+                                  f"write, or fix the permissions of its parent") from e
+        if not os.access(where, os.W_OK | os.X_OK):
+            raise PermissionError(f"cannot write {p}: the folder {where} is not writable; fix its permissions "
+                                  f"(e.g. `chmod u+w {where}`) or run where you can write")
 
 
 def write_records(records: Mapping[str, list] | list[dict], path: str | os.PathLike, kind: str, meta: Mapping[str, Any]) -> None:
@@ -169,6 +196,11 @@ def read_table(path: str | os.PathLike, kind: str | None = None) -> tuple[pa.Tab
     path = Path(path)
     if not path.exists():
         raise ArtifactError(f"{path}: no such file; run the stage that produces it first")
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != b"PAR1":
+        raise ArtifactError(f"{path}: not a parquet file{f' (expected a {kind!r} artifact)' if kind else ''}; "
+                            f"pass the file the aows stage wrote (results/**/*.parquet)")
     try:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow raises several types for a damaged file

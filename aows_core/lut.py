@@ -574,6 +574,10 @@ def lut_vector(space: SearchSpace, table: Any) -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(x))
     if len(bad):
         raise LUTFitError(f"the latency table has {len(bad)} non-finite latencies, e.g. {_key_str(space.variables[bad[0]])}")
+    neg = np.flatnonzero(x < 0)
+    if len(neg):  # the fit constrains x ≥ 0: a negative entry would decode into a negative latency
+        raise LUTFitError(f"the latency table has {len(neg)} negative latencies, e.g. {x[neg[0]]:.4g} at "
+                          f"{_key_str(space.variables[neg[0]])}; a latency is never negative")
     return x
 
 

@@ -119,16 +119,19 @@ class Journal:
         if path.exists():
             lines = path.read_text().splitlines()
             try:
-                old = json.loads(lines[0]) if lines else None
+                old = json.loads(lines[0]) if lines else {}
             except json.JSONDecodeError:
                 old = None
-            if old is not None and old.get("fingerprint") != header["fingerprint"]:
-                raise ProfilingError(
-                    f"{path} holds timings from a different device fingerprint:\n  journal: {old.get('fingerprint')}\n"
-                    f"  this machine: {header['fingerprint']}\nTimings from two machines cannot be mixed. Profile on the "
-                    f"original machine, or delete {path} to start this device's profiling over."
-                )
-            if old is not None and old.get("plan") == header["plan"]:
+            if old is None or not isinstance(old, dict):
+                why = "has an unreadable header"
+            elif old.get("fingerprint") != header["fingerprint"]:
+                why = (f"holds timings from another device fingerprint ({old.get('fingerprint')}; this machine: "
+                       f"{header['fingerprint']}), which cannot be mixed with this machine's")
+            elif old.get("plan") != header["plan"]:
+                why = "was made under other settings (configurations, protocol or space)"
+            else:
+                why = None
+            if why is None:
                 for line in lines[1:]:
                     try:
                         self.rows.append(json.loads(line))
@@ -136,13 +139,12 @@ class Journal:
                         break  # torn write at the kill: that job is simply redone
                 # keep only a clean prefix of consecutive jobs
                 self.rows = [r for i, r in enumerate(self.rows) if r["job"] == i]
-                self._rewrite(header)
-            else:
-                stale = path.with_suffix(path.suffix + f".stale-{int(time.time())}")
+            elif len(lines) > 1:
+                stale = path.with_name(path.name + ".stale")
                 os.replace(path, stale)
-                self._rewrite(header)
-        else:
-            self._rewrite(header)
+                io.notice(f"the profiling journal {path} {why}: its {len(lines) - 1} timings are kept in {stale}; "
+                          f"profiling this device afresh")
+        self._rewrite(header)
         self._fh = open(path, "a")
         self._since_sync = 0
 
@@ -169,6 +171,11 @@ class Journal:
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self._fh.close()
+
+    def remove(self) -> None:
+        """A finished session's journal (and a set-aside one): its timings are in the latency artifact now."""
+        for p in (self.path, self.path.with_name(self.path.name + ".stale")):
+            p.unlink(missing_ok=True)
 
 
 def retest_noise(rows: list[dict]) -> dict[str, float]:
@@ -338,6 +345,7 @@ def profile(
         **noise,
     )
     io.write_records(rows, out_path, "latency", meta)
+    journal.remove()  # a forced rerun times every network again
     return {"complete": True, "done": len(rows), "total": len(jobs), **noise, "reference_baseline": baseline}
 
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from . import io
 from .config import settings_hash, space_from_config, stage_settings
-from .train import _atomic_save
+from .train import _atomic_save, clear_resume, load_resume
 
 io.SCHEMAS.setdefault(
     "retrain",
@@ -109,10 +109,8 @@ def retrain(config: Mapping[str, Any], decision: str | os.PathLike, out_dir: str
     ckpt = resume_dir / "checkpoint.pt"
     epoch = step = 0
     seconds, loss_sum, loss_n = 0.0, 0.0, 0
-    if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        if state.get("run_id") != run_id:
-            raise ValueError(f"{ckpt} belongs to another retraining (settings or channels differ); delete it to restart")
+    state = load_resume(ckpt, run_id)
+    if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         epoch, step, seconds, loss_sum, loss_n = (state[k] for k in ("epoch", "step", "seconds", "loss_sum", "loss_n"))
@@ -171,4 +169,5 @@ def retrain(config: Mapping[str, Any], decision: str | os.PathLike, out_dir: str
     io.write_records([result], out_dir / "result.parquet", "retrain", meta)
     _atomic_save({"space": space.to_dict(), "space_hash": space.hash, "channels": channels,
                   "model": model.state_dict()}, out_dir / "model.pt")
+    clear_resume(ckpt)
     return {"complete": True, **result}

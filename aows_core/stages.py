@@ -132,8 +132,8 @@ def fit_lut(
     return {"lambda": chosen.lam, **{k: rows[best][k] for k in ("train_rmse_ms", "val_rmse_ms", "val_nrmse")}}
 
 
-def read_lut(path: str | os.PathLike, space: SearchSpace) -> tuple[np.ndarray, dict]:
-    """A LUT artifact as a vector over the space's variables; refused if from another space."""
+def read_lut(path: str | os.PathLike, space: SearchSpace, device: str | None = None) -> tuple[np.ndarray, dict]:
+    """A LUT artifact as a vector over the space's variables; refused if from another space or (given) device."""
     from . import lut
 
     table, meta = io.read_table(path, "lut")
@@ -141,6 +141,11 @@ def read_lut(path: str | os.PathLike, space: SearchSpace) -> tuple[np.ndarray, d
         raise io.ArtifactError(
             f"{path} is a latency table of space {meta.get('space_name')!r} (hash {meta.get('space_hash')}), "
             f"not of the configured {space.name!r} (hash {space.hash}); fit a table for this space"
+        )
+    if device is not None and meta.get("device") != device:
+        raise io.ArtifactError(
+            f"{path} is the latency table of device {meta.get('device')!r}, not {device!r}; pass "
+            f"results/lut/{device}/lut.parquet"
         )
     try:
         return lut.lut_vector(space, table), meta
@@ -163,7 +168,7 @@ def validate_lut(
 
     space = space_from_config(config)
     table, lmeta = read_latency(latency, space, device)
-    x, tmeta = read_lut(lut_path, space)
+    x, tmeta = read_lut(lut_path, space, device)
     if tmeta.get("fingerprint") != lmeta.get("fingerprint"):
         raise io.ArtifactError(
             f"{lut_path} was fitted on timings from another device fingerprint than {latency}:\n"
@@ -224,9 +229,7 @@ def decode(
     from .decode import decide, read_unaries, write_decisions
 
     space = space_from_config(config)
-    x, tmeta = read_lut(lut_path, space)
-    if tmeta.get("device") != device:
-        raise io.ArtifactError(f"{lut_path} is the latency table of device {tmeta.get('device')!r}, not {device!r}")
+    x, tmeta = read_lut(lut_path, space, device)
     u, umeta, chosen = read_unaries(unaries, space, epoch)
     d = config["decode"]
     rows = decide(space, u, x, targets, method=method, device=device, unit=tmeta["unit_short"],
@@ -246,7 +249,7 @@ def check_target(config: Mapping[str, Any], device: str, lut_path: str | os.Path
     from .decode import latency_range, resolve_target
 
     space = space_from_config(config)
-    x, meta = read_lut(lut_path, space)
+    x, meta = read_lut(lut_path, space, device)
     value = resolve_target(target, space, x, meta["unit_short"])
     lo, hi, fastest, _ = latency_range(space, x)
     unit = meta["unit_short"]
@@ -286,9 +289,7 @@ def decide_baseline(
     from .decode import write_decisions
 
     space = space_from_config(config)
-    x, tmeta = read_lut(lut_path, space)
-    if tmeta.get("device") != device:
-        raise io.ArtifactError(f"{lut_path} is the latency table of device {tmeta.get('device')!r}, not {device!r}")
+    x, tmeta = read_lut(lut_path, space, device)
     unit = tmeta["unit_short"]
     extra: dict[str, Any] = {}
     if method == "greedy":

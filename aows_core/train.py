@@ -89,7 +89,7 @@ def bn_description(world: int) -> str:
 
 
 class CheckpointError(ValueError):
-    """A resume checkpoint that belongs to another run (space, settings, method or target)."""
+    """A warm-start checkpoint (AOWS's --init-from) that is not the OWS checkpoint after the warm-up epochs."""
 
 
 def data_spec(config: Mapping[str, Any]):
@@ -123,6 +123,37 @@ def _atomic_save(obj: Any, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(_to_cpu(obj), tmp)
     os.replace(tmp, path)
+
+
+def load_resume(path: Path, run_id: str) -> dict | None:
+    """The resume checkpoint at `path` if it belongs to this run; one from another run (other space, settings,
+    method, target or channels) or an unreadable one is set aside as `<name>.stale` and the job starts afresh."""
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, weights_only=False, map_location="cpu")
+        why = None if state.get("run_id") == run_id else "belongs to another run (the space, settings, method, target or channels differ)"
+    except Exception as e:  # a checkpoint that does not load cannot be resumed from
+        state, why = None, f"cannot be read ({e})"
+    if why is None:
+        return state
+    stale = path.with_name(path.name + ".stale")
+    try:
+        os.replace(path, stale)
+    except FileNotFoundError:  # another rank of this run set it aside first
+        pass
+    io.notice(f"the resume checkpoint {path} {why}: kept as {stale}, starting this run afresh")
+    return None
+
+
+def clear_resume(path: Path) -> None:
+    """Remove a finished job's resume checkpoint (and a set-aside one), then its folder if that is left empty."""
+    for p in (path, path.with_name(path.name + ".stale")):
+        p.unlink(missing_ok=True)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass  # not empty, or already gone
 
 
 @dataclass
@@ -285,7 +316,7 @@ def _train(config: Mapping[str, Any], out_dir: Path, resume_dir: Path, method: s
         from .decode import resolve_target
         from .stages import read_lut
 
-        x, tmeta = read_lut(lut_path, space)
+        x, tmeta = read_lut(lut_path, space, device)
         target_value = resolve_target(target, space, x, tmeta["unit_short"])
         sampler = AOWSSampler(space, x, target_value, policy=aw["unvisited"], mode=aw["sampling"],
                               scale=aw["temperature_scale"], seed=seed)  # refuses an infeasible target here
@@ -312,14 +343,8 @@ def _train(config: Mapping[str, Any], out_dir: Path, resume_dir: Path, method: s
     metrics: list[dict] = []
     acc = _EpochAccumulator()
 
-    if ckpt_path.exists():
-        state = torch.load(ckpt_path, weights_only=False, map_location="cpu")
-        if state.get("space_hash") != space.hash or state.get("run_id") != run_id:
-            raise CheckpointError(
-                f"{ckpt_path} belongs to another run (space {state.get('space_hash')} vs {space.hash}, run "
-                f"{state.get('run_id')} vs {run_id}: the space, training settings, method or target differ); "
-                f"delete it to start this run from scratch"
-            )
+    state = load_resume(ckpt_path, run_id)
+    if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         estimator.load_state_dict(state["unaries"])
@@ -414,6 +439,7 @@ def _train(config: Mapping[str, Any], out_dir: Path, resume_dir: Path, method: s
     io.write_records(metrics, out_dir / "metrics.parquet", "train_metrics", meta)
     _atomic_save({"space": space.to_dict(), "space_hash": space.hash, "model": model.state_dict(), "run_id": run_id},
                  out_dir / "model.pt")
+    clear_resume(ckpt_path)
     return {"complete": True, "epochs": E, "metrics": metrics[-1]}
 
 

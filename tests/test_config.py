@@ -57,3 +57,75 @@ def test_stage_hash_changes_only_with_the_stage_settings():
     assert settings_hash(stage_settings(a, "fit_lut")) != settings_hash(stage_settings(b, "fit_lut"))
     with pytest.raises(ConfigError, match="unknown device 'tpu'"):
         stage_settings(a, "profile", "tpu")
+
+
+def test_config_yaml_spells_out_exactly_the_schema_defaults():
+    """`--configfile X` means X over the schema's defaults; config.yaml is those defaults, written out."""
+    assert load("config.yaml") == validate({})
+
+
+def test_backend_units_agree_with_the_device_registry():
+    from aows_core.config import BACKEND_UNITS, load_schema
+    from aows_core.devices import DEVICES as BACKENDS
+
+    enum = load_schema()["properties"]["devices"]["additionalProperties"]["properties"]["backend"]["enum"]
+    assert set(BACKEND_UNITS) == set(enum) == set(BACKENDS)
+    assert all(BACKENDS[b].unit == u for b, u in BACKEND_UNITS.items())
+
+
+@pytest.mark.parametrize(
+    "raw, needle",
+    [
+        # regressions: these passed the schema and the dry-run, and failed after profiling or training
+        ({"decode": {"targets": ["range:1.5"]}}, r"decode.targets: relative target 'range:1.5' must lie in range:0"),
+        ({"decode": {"targets": ["325mflops"]}}, r"decode.targets: target '325mflops' is in MMAC, but device 'cpu'"),
+        ({"aows": {"device_targets": {"flops": ["4ms"]}}}, r"aows.device_targets.flops: target '4ms' is in ms, but "
+                                                            r"device 'flops'"),
+        ({"decode": {"targets": []}, "aows": {"targets": []}},
+         r"device 'cpu' has no latency target: decode.targets and aows.targets are empty"),
+        ({"decode": {"device_targets": {"gpu": ["2ms"]}}}, r"decode.device_targets.gpu: no device 'gpu' is configured"),
+    ],
+)
+def test_targets_that_cannot_fit_their_device_are_refused_when_the_config_is_read(raw, needle):
+    with pytest.raises(ConfigError, match=needle):
+        validate(raw)
+
+
+def test_an_empty_aows_target_list_means_no_aows():
+    from aows_core.config import aows_targets, device_targets
+
+    cfg = validate({"aows": {"targets": []}})
+    assert aows_targets(cfg, "cpu") == [] and device_targets(cfg, "cpu")
+    cfg = validate({"decode": {"targets": []}})  # the AOWS targets are every method's targets then
+    assert aows_targets(cfg, "cpu")
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [("seed: [0\n", "is not valid YAML; fix the syntax"), ("- 1\n- 2\n", "holds a list, not a mapping of sections")],
+)
+def test_a_config_file_that_is_not_a_yaml_mapping_is_a_clear_error(tmp_path, text, needle):
+    """Regression: a non-YAML config gave a raw scanner traceback, a YAML list an unrelated TypeError."""
+    (tmp_path / "c.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=needle):
+        load(tmp_path / "c.yaml")
+
+
+def test_inspect_of_a_config_validates_it_instead_of_advising_to_delete_it(tmp_path):
+    """Regression: `aows inspect config.yaml` said the file was a damaged artifact to delete."""
+    import subprocess
+
+    r = subprocess.run(["aows", "inspect", "config.yaml"], capture_output=True, text=True)
+    assert r.returncode == 0 and "valid aows configuration" in r.stdout and "train_subset: 3000" in r.stdout
+    (tmp_path / "c.yaml").write_text("profiling: {repeat: 3}\n")
+    r = subprocess.run(["aows", "inspect", str(tmp_path / "c.yaml")], capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown key(s) ['repeat']" in r.stderr and "delete" not in r.stderr
+
+
+def test_command_line_overlays_read_numbers_as_numbers():
+    """Snakemake passes nested `--config 'supernet={epochs: 7}'` values as strings; the schema's types decide."""
+    cfg = validate({"seed": "3", "supernet": {"epochs": "7", "lr": "0.1"}, "data": {"train_subset": "null"}})
+    assert (cfg["seed"], cfg["supernet"]["epochs"], cfg["supernet"]["lr"]) == (3, 7, 0.1)
+    assert cfg["data"]["train_subset"] is None
+    with pytest.raises(ConfigError, match="supernet.epochs"):
+        validate({"supernet": {"epochs": "seven"}})

@@ -152,3 +152,38 @@ def test_check_target_refuses_infeasible_with_the_minimum(small, tmp_path):
     with pytest.raises(InfeasibleTarget, match=f"{lo:.4g} ms"):
         check_target(cfg, "cpu", tmp_path / "lut.parquet", f"{lo / 2:.6f}ms", tmp_path / "no.json")
     assert not (tmp_path / "no.json").exists()
+
+
+def test_check_target_refuses_the_lut_of_another_device(small, tmp_path):
+    """Regression: `check-target --device cpu` accepted the flops device's LUT and wrote "feasible" in MMAC."""
+    from aows_core.stages import check_target
+
+    cfg = validate(SMALL)
+    write_lut(small, tmp_path / "lut.parquet", device="flops", unit="MMAC")
+    with pytest.raises(io.ArtifactError, match="latency table of device 'flops', not 'cpu'"):
+        check_target(cfg, "cpu", tmp_path / "lut.parquet", "range:0.5", tmp_path / "ok.json")
+    assert not (tmp_path / "ok.json").exists()
+
+
+def test_a_negative_lut_entry_is_refused(small, tmp_path):
+    """Regression: a negative LUT entry was decoded into a negative latency."""
+    x = variable_macs(small) / 1e6
+    x[3] = -0.5
+    write_lut(small, tmp_path / "lut.parquet", x=x)
+    write_unaries(small, tmp_path / "u.parquet", np.random.default_rng(0))
+    with pytest.raises(ValueError, match="negative latencies"):
+        decode(validate(SMALL), "cpu", "ows", tmp_path / "u.parquet", tmp_path / "lut.parquet", ["range:0.5"],
+               tmp_path / "d.parquet")
+    assert not (tmp_path / "d.parquet").exists()
+
+
+def test_unaries_with_a_negative_count_are_refused(small, tmp_path):
+    """Regression: a negative count was read as an unvisited width."""
+    write_lut(small, tmp_path / "lut.parquet")
+    rows = write_unaries(small, tmp_path / "u.parquet", np.random.default_rng(0))
+    rows[-1] = {**rows[-1], "count": -3}  # the last epoch, which decode reads
+    io.write_records(rows, tmp_path / "neg.parquet", "unaries",
+                     io.provenance(space_name=small.name, space_hash=small.hash, method="ows"))
+    with pytest.raises(io.ArtifactError, match="count -3"):
+        decode(validate(SMALL), "cpu", "ows", tmp_path / "neg.parquet", tmp_path / "lut.parquet", ["range:0.5"],
+               tmp_path / "d.parquet")

@@ -112,12 +112,22 @@ def test_imagenet_preset_is_the_papers_setting():
 
 @pytest.mark.parametrize("path", PRESETS, ids=preset_ids())
 def test_preset_dry_runs_without_data_or_devices(path, tmp_path):
+    """`--configfile PRESET` beside the repository's config.yaml plans the preset alone (regression: Snakemake
+    merged it over config.yaml, adding config.yaml's devices and targets)."""
     cfg = aows_config.load(path)
     raw = yaml.safe_load(path.read_text())
     raw["data"]["root"] = str(tmp_path / "no-dataset-here")  # whatever the placeholder, it is absent
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(raw))
-    r = smk(tmp_path, "-n", "--profile", str(PROFILES / "default"), *TARGETS)
+    (tmp_path / "preset.yaml").write_text(yaml.safe_dump(raw))
+    (tmp_path / "config.yaml").write_text((ROOT / "config.yaml").read_text())
+    r = smk(tmp_path, "-n", "--profile", str(PROFILES / "default"), *TARGETS, "--configfile", str(tmp_path / "preset.yaml"))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    for rule, wildcards, _, _ in job_blocks(r.stdout):
+        fields = dict(kv.split("=", 1) for kv in wildcards.split(", ")) if wildcards else {}
+        if "device" in fields:
+            assert fields["device"] in cfg["devices"], (rule, wildcards)
+            if "target" in fields:
+                d = fields["device"]
+                assert fields["target"] in aows_config.device_targets(cfg, d) + aows_config.aows_targets(cfg, d), (rule, wildcards)
     assert not (tmp_path / "no-dataset-here").exists()
     counts = job_counts(r.stdout)
     devices = sorted(cfg["devices"])

@@ -13,7 +13,7 @@ import pytest
 
 from aows_core import io
 from aows_core.config import validate
-from aows_core.profiling import ProfilingError, plan, profile, reference_config
+from aows_core.profiling import plan, profile, reference_config
 from conftest import write_uniform_configs
 
 
@@ -91,17 +91,55 @@ def test_drift_is_corrected_and_noise_floor_reported(tiny_space, tmp_path):
     assert meta["fingerprint"]["backend"] == "synthetic" and meta["statistic"] == "median"
 
 
-def test_journal_from_another_device_is_refused(tiny_space, tmp_path):
+def test_journal_from_another_device_is_set_aside_and_profiling_starts_afresh(tiny_space, tmp_path, capfd):
     write_uniform_configs(tiny_space, tmp_path / "c.parquet")
+    _run(tiny_space, tmp_path, resume="fresh")
+    fresh = io.read_table(tmp_path / "synthetic.parquet", "latency")[0].select(KEYS).to_pylist()
+    os.remove(tmp_path / "synthetic.parquet")
     _run(tiny_space, tmp_path, stop_after=5)
     journal = tmp_path / "resume" / "profile_synthetic.jsonl"
     lines = journal.read_text().splitlines()
     head = json.loads(lines[0])
     head["fingerprint"]["cpu"] = "some other machine"
     journal.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
-    with pytest.raises(ProfilingError, match="different device fingerprint"):
-        _run(tiny_space, tmp_path)
-    assert journal.read_text().splitlines()[1:] == lines[1:]  # nothing lost
+    part = _run(tiny_space, tmp_path, stop_after=3)
+    assert part["done"] == 3  # nothing of the other machine's timings was mixed in
+    stale = journal.with_name(journal.name + ".stale")
+    assert stale.read_text().splitlines()[1:] == lines[1:]  # nothing lost
+    assert "another device fingerprint" in capfd.readouterr().err
+    done = _run(tiny_space, tmp_path)
+    assert done["complete"]
+    assert io.read_table(tmp_path / "synthetic.parquet", "latency")[0].select(KEYS).to_pylist() == fresh
+
+
+def test_corrupt_journal_header_is_said_and_kept(tiny_space, tmp_path, capfd):
+    """Regression: an unreadable journal header restarted profiling from zero without a word."""
+    write_uniform_configs(tiny_space, tmp_path / "c.parquet")
+    _run(tiny_space, tmp_path, stop_after=5)
+    journal = tmp_path / "resume" / "profile_synthetic.jsonl"
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join(['{"plan": "torn', *lines[1:]]) + "\n")
+    _run(tiny_space, tmp_path, stop_after=2)
+    err = capfd.readouterr().err
+    assert "unreadable header" in err and "afresh" in err
+    assert journal.with_name(journal.name + ".stale").read_text().splitlines()[1:] == lines[1:]
+
+
+def test_finished_session_removes_its_journal_and_a_rerun_times_again(tiny_space, tmp_path, monkeypatch):
+    """Regression: a forced rerun replayed the finished journal and timed nothing."""
+    from aows_core.devices.synthetic import Synthetic
+
+    calls = []
+    measure = Synthetic.measure
+    monkeypatch.setattr(Synthetic, "measure", lambda self, *a, **k: calls.append(1) or measure(self, *a, **k))
+    write_uniform_configs(tiny_space, tmp_path / "c.parquet")
+    first = _run(tiny_space, tmp_path)
+    assert list((tmp_path / "resume").iterdir()) == []
+    n = len(calls)
+    assert n >= first["done"]
+    os.remove(tmp_path / "synthetic.parquet")
+    _run(tiny_space, tmp_path)
+    assert len(calls) == 2 * n  # every network timed again
 
 
 def test_configs_from_another_space_are_refused(tiny_space, tmp_path):

@@ -76,3 +76,15 @@ def test_a_decision_of_another_space_is_refused(decision, tmp_path):
     other = validate({**CFG, "space": {**CFG["space"], "n_choices": 4}})
     with pytest.raises(io.ArtifactError, match="decided on space"):
         retrain(other, d / "decision.parquet", tmp_path / "o", tmp_path / "r", progress=False)
+
+
+def test_a_checkpoint_of_other_settings_starts_afresh_and_a_finished_run_clears_it(decision, tmp_path, capfd):
+    """Regression: a changed retraining setting failed on the old resume checkpoint ("delete it to restart")."""
+    cfg, d, full = decision
+    other = validate({**CFG, "retrain": {**CFG["retrain"], "lr": 0.05}})
+    retrain(other, d / "decision.parquet", tmp_path / "out", tmp_path / "resume", progress=False, stop_after_steps=3)
+    assert (tmp_path / "resume/checkpoint.pt").exists()
+    done = retrain(cfg, d / "decision.parquet", tmp_path / "out", tmp_path / "resume", progress=False)
+    assert "belongs to another run" in capfd.readouterr().err
+    assert done["test_correct"] == full["test_correct"]  # exactly a fresh run
+    assert not (tmp_path / "resume").exists() and not (d / "resume_full").exists()

@@ -15,7 +15,7 @@ from aows_core.chain import InfeasibleTarget
 from aows_core.config import space_from_config, validate
 from aows_core.devices.flops import variable_macs
 from aows_core.supernet import NonFiniteLoss
-from aows_core.train import CheckpointError, train_supernet
+from aows_core.train import train_supernet
 
 TINY = {
     "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},
@@ -115,12 +115,23 @@ def test_bad_input_is_refused(ows, tmp_path):
         train_supernet(cfg, tmp_path / "a", tmp_path / "ra", method="aows", lut_path=tmp_path / "lut.parquet",
                        device="flops", target="0.0001mflops", init_from=d / "out/checkpoints/after_1.pt", progress=False)
     assert not (tmp_path / "a").exists()
-    # a resume checkpoint of another space
-    other = validate({**TINY, "space": {**TINY["space"], "n_choices": 2}})
-    train_supernet(other, tmp_path / "o", tmp_path / "ro", method="ows", progress=False, stop_after_steps=1)
-    with pytest.raises(CheckpointError, match="another run"):
-        train_supernet(cfg, tmp_path / "o", tmp_path / "ro", method="ows", progress=False)
     with pytest.raises(NonFiniteLoss):
         train_supernet(validate({**TINY, "supernet": {**TINY["supernet"], "lr": 1e30}}), tmp_path / "n",
                        tmp_path / "rn", method="ows", progress=False)
     assert not (tmp_path / "n/unaries.parquet").exists()
+
+
+def test_a_resume_checkpoint_of_other_settings_starts_afresh_and_a_finished_run_clears_it(ows, tmp_path, capfd):
+    """Regression: a changed setting failed on the old checkpoint ("belongs to another run … delete it") after
+    Snakemake had deleted the old outputs, and a finished run never cleared its resume state."""
+    cfg, d = ows
+    other = validate({**TINY, "space": {**TINY["space"], "n_choices": 2}})
+    train_supernet(other, tmp_path / "o", tmp_path / "ro", method="ows", progress=False, stop_after_steps=1)
+    assert (tmp_path / "ro/checkpoint.pt").exists()
+    train_supernet(cfg, tmp_path / "o", tmp_path / "ro", method="ows", progress=False)
+    assert "belongs to another run" in capfd.readouterr().err
+    assert not (tmp_path / "ro").exists()  # the finished run's resume state is gone, the set-aside one too
+    assert io.read_table(tmp_path / "o/unaries.parquet", "unaries")[0].equals(
+        io.read_table(d / "out/unaries.parquet", "unaries")[0])  # exactly a fresh run
+    assert _same_weights(_weights(d / "out/model.pt"), _weights(tmp_path / "o/model.pt"))
+    assert not (d / "resume").exists()

@@ -1,11 +1,15 @@
 """The Snakemake workflow: lint, formatting, dry-runs, and a tiny end-to-end run on the synthetic device."""
 
 import json
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+import torch
 
 from aows_core import io
 from aows_core import greedy, measure, pareto, proxy, retrain, train  # noqa: F401  (register their artifact schemas)
@@ -47,6 +51,28 @@ def tiny_run(tmp_path_factory):
     r = smk(wd, "all", "latency_models", "decisions", *RETRAINED)
     assert r.returncode == 0, r.stderr[-3000:]
     return wd
+
+
+def planned(stdout):
+    """{rule: number of jobs} of a dry run's job table."""
+    counts, table = {}, False
+    for line in stdout.splitlines():
+        if line.startswith("job ") and "count" in line:
+            table = True
+        elif table and line.strip() and not line.startswith("---"):
+            name, *rest = line.split()
+            if name == "total":
+                break
+            counts[name] = int(rest[0])
+    return counts
+
+
+def copy_run(src, dst):
+    """A finished run elsewhere (results, Snakemake's records, config), modification times kept."""
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
 
 
 def test_lint_and_format_are_clean():
@@ -209,3 +235,175 @@ def test_report_holds_every_plot_with_its_caption(tiny_run):
     for name in ("pareto_synth.pdf", "pareto_flops.pdf", "configurations.pdf", "proxy.pdf", "training.pdf", "latency.pdf"):
         assert name in html, name
     assert "Kendall" in html and "Wilson" in html  # captions
+
+
+def test_a_finished_job_leaves_no_resume_state(tiny_run):
+    left = [p for p in (tiny_run / "results/.resume").rglob("*") if p.is_file()]
+    assert left == []
+
+
+# Columns that hold wall-clock time (or a rate over it): the only ones two identical runs may differ in.
+WALL_CLOCK = {"seconds", "images_per_s", "train_seconds", "t_start_s", "timed_s", "overhead_s", "solve_s"}
+CHANGED = {**TINY, "supernet": {**TINY["supernet"], "epochs": 3}, "retrain": {**TINY["retrain"], "epochs": 2}}
+
+
+def _tables(wd):
+    import pyarrow.parquet as pq
+
+    out = {}
+    for path in sorted((wd / "results").rglob("*.parquet")):
+        t = pq.read_table(path).replace_schema_metadata(None)
+        out[str(path.relative_to(wd))] = t.drop_columns([c for c in t.column_names if c in WALL_CLOCK])
+    return out
+
+
+def test_a_changed_setting_reruns_exactly_its_jobs_and_equals_a_fresh_run(tiny_run, tmp_path):
+    """Regression: raising supernet.epochs (and a retraining setting) on a finished run failed on the old resume
+    state after Snakemake had deleted the old outputs."""
+    wd = copy_run(tiny_run, tmp_path / "changed")
+    (wd / "config.yaml").write_text(yaml.safe_dump(CHANGED))
+    target = "results/pareto_synth.pdf"
+    plan = planned(smk(wd, "-n", target).stdout)
+    assert set(plan) == {"train_ows", "train_aows", "greedy_trajectory", "decode", "decide_baseline", "retrain",
+                         "measure", "proxy", "pareto"}, plan
+    assert plan["decide_baseline"] == 3  # greedy reads the new trajectory; uniform reads only the LUT
+    uniform = wd / "results/decisions/synth/uniform/range:0.3.parquet"
+    lut, before = wd / "results/lut/synth/lut.parquet", {}
+    before = {p: p.stat().st_mtime_ns for p in (uniform, lut)}
+    r = smk(wd, target, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+    assert [p for p in (wd / "results/.resume").rglob("*") if p.is_file()] == []
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "config.yaml").write_text(yaml.safe_dump(CHANGED))
+    r = smk(fresh, target, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    a, b = _tables(wd), _tables(fresh)
+    assert set(b) <= set(a)
+    same = lambda x, y: x == y or (x != x and y != y)  # NaN (a one-seed spread, a constant proxy) equals NaN
+    differ = {name: [c for c in table.column_names
+                     if not all(map(same, a[name].column(c).to_pylist(), table.column(c).to_pylist()))]
+              for name, table in b.items()}
+    assert {k: v for k, v in differ.items() if v} == {}
+    weights = lambda p: torch.load(p, weights_only=False)["model"]
+    for rel in ("results/supernet/ows/model.pt", "results/supernet/aows/synth/range:0.5/model.pt",
+                "results/retrain/synth/aows/range:0.5/seed0/model.pt"):
+        wa, wb = weights(wd / rel), weights(fresh / rel)
+        assert all(torch.equal(wa[k], wb[k]) for k in wb), rel
+
+
+def test_a_forced_rerun_of_profile_times_every_network_again(tiny_run, tmp_path):
+    """Regression: `--forcerun profile` replayed the finished session's journal and timed nothing."""
+    wd = copy_run(tiny_run, tmp_path / "forced")
+    old, _ = io.read_table(wd / "results/latency/synth.parquet", "latency")
+    r = smk(wd, "--forcerun", "profile", "results/latency/synth.parquet", check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    new, _ = io.read_table(wd / "results/latency/synth.parquet", "latency")
+    assert new.num_rows == old.num_rows
+    assert new.column("t_start_s").to_pylist() != old.column("t_start_s").to_pylist()  # timed anew
+    assert not (wd / "results/.resume/profile_synth.jsonl").exists()
+
+
+def test_an_infeasible_target_stops_a_fresh_run_before_any_training(tmp_path):
+    """Regression: on a fresh run, the OWS supernet and the greedy trajectory trained before check_target failed."""
+    cfg = {**TINY, "devices": {"synth": TINY["devices"]["synth"]}, "aows": {**TINY["aows"], "targets": ["0.001ms"]}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    r = smk(tmp_path, "decisions", check=False)
+    assert r.returncode != 0
+    assert "below the smallest latency" in (tmp_path / "results/logs/check_target_synth_0.001ms.log").read_text()
+    assert not (tmp_path / "results/supernet").exists()
+    assert not list((tmp_path / "results/logs").glob("train_*")) and not list((tmp_path / "results/logs").glob("greedy*"))
+
+
+def test_an_added_target_reruns_neither_the_ows_supernet_nor_the_greedy_trajectory(tiny_run):
+    cfg = json.loads(json.dumps(TINY))
+    cfg["decode"]["device_targets"] = {"synth": ["range:0.3", "range:0.8", "1000ms"]}  # an absolute one: checked
+    (tiny_run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    try:
+        plan = planned(smk(tiny_run, "-n", "all").stdout)
+    finally:
+        (tiny_run / "config.yaml").write_text(yaml.safe_dump(TINY))
+    assert plan["check_target"] == 1 and plan["targets_feasible"] == 1 and plan["decode"] == 1
+    for rule in ("train_ows", "greedy_trajectory", "train_aows", "profile", "fit_lut"):
+        assert rule not in plan, rule
+
+
+def test_config_overlays_on_the_command_line_and_an_empty_aows_list(tmp_path):
+    """`--config 'section={key: value}'` overlays keys (numbers read as numbers); `aows.targets: []` = no AOWS."""
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(TINY))
+    r = smk(tmp_path, "-n", "all", "--config", "aows={targets: []}", "supernet={epochs: 3}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    plan = planned(r.stdout)
+    assert "train_aows" not in plan and plan["train_ows"] == 1 and plan["proxy"] == 2
+    assert plan["retrain"] == 2 * 3 * 2  # ows, greedy, uniform at the two decode targets, on both devices
+
+
+# ---------------------------------------------------------------------------- the README's commands
+README = (ROOT / "README.md").read_text()
+
+
+def readme_commands():
+    """Every shell command the README shows (indented blocks and inline code), in order."""
+    found = re.findall(r"^    ((?:snakemake|aows|python3?|bash) .*)$", README, re.M)
+    found += re.findall(r"`((?:snakemake|aows|python3?|bash) [^`]*)`", README)
+    return list(dict.fromkeys(c.strip() for c in found))
+
+
+def _workdir(tmp_path, config=None):
+    """A folder laid out like the repository for commands run verbatim: workflow/, configs/, config.yaml."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for name in ("workflow", "configs", "envs", "bench"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    (tmp_path / "config.yaml").write_text(config or (ROOT / "config.yaml").read_text())
+    return tmp_path
+
+
+def test_readme_commands_run_verbatim_or_dry_run(tiny_run, tmp_path):
+    """Fast commands run verbatim; the long ones (the default run, the ImageNet preset, the cluster profiles)
+    dry-run; `aows` stage templates name real subcommands. The setup script is CI's own first step and the test
+    command is this suite."""
+    import shlex
+
+    default = _workdir(tmp_path / "default")
+    finished = tiny_run
+    for name in ("workflow", "bench"):
+        if not (finished / name).exists():
+            (finished / name).symlink_to(ROOT / name)
+    ran = []
+    for cmd in readme_commands():
+        for part in (p.strip() for p in cmd.split("&&")):
+            if part == "bash scripts/setup.sh" or part.startswith("python3 -m pytest"):
+                continue
+            argv = shlex.split(part)
+            if argv[0] == "aows":
+                if argv[1] == "<stage>":
+                    continue
+                if argv[1] == "space":  # verbatim, for every preset NAME
+                    for name in ("mobilenet_v1_fmnist", "mobilenet_v1_imagenet"):
+                        r = subprocess.run([a.replace("NAME", name) for a in argv], capture_output=True, text=True)
+                        assert r.returncode == 0 and json.loads(r.stdout)["name"], (part, r.stderr)
+                # the stages table's templates (`aows profile --device D`): the subcommand exists
+                r = subprocess.run(["aows", argv[1], "--help"], capture_output=True, text=True)
+            elif argv[0].startswith("python"):  # bench/stage_times.py over a finished run's benchmarks
+                r = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, cwd=finished)
+            elif "--report" in argv or "--rulegraph" in argv:  # fast: verbatim, on a finished run
+                r = subprocess.run(argv, capture_output=True, text=True, cwd=finished)
+            else:  # a run of minutes to days: planned, not run
+                argv = ["2" if a == "N" else a for a in argv]
+                r = subprocess.run([*argv, "-n"], capture_output=True, text=True, cwd=default)
+            assert r.returncode == 0, (part, r.stdout[-1500:], r.stderr[-1500:])
+            ran.append(part)
+    assert any("--report" in p for p in ran) and any("imagenet_paper" in p for p in ran)
+    assert any("profiles/slurm" in p for p in ran) and "snakemake --cores 2 results/pareto_cpu.pdf" in ran
+    assert (finished / "results/report.html").exists()
+
+
+def test_readme_python_examples_run(tiny_run):
+    """The README's pandas examples, on the tiny run (its devices are `synth` and `flops`, not `cpu`)."""
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert blocks
+    for code in blocks:
+        code = code.replace("cpu", "synth")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tiny_run)
+        assert r.returncode == 0, (code, r.stderr[-1500:])

@@ -8,6 +8,7 @@ import json
 from aows_core.config import (
     aows_targets,
     device_targets,
+    parse_target,
     retrain_seeds,
     settings_hash,
     stage_settings,
@@ -50,6 +51,16 @@ def all_targets(device):
     return list(
         dict.fromkeys(device_targets(config, device) + aows_targets(config, device))
     )
+
+
+def absolute_target_checks(wildcards):
+    """The feasibility checks training waits for: absolute targets only (range:r lies in [L_min, L_max])."""
+    return [
+        f"results/targets/{d}/{t}.json"
+        for d in DEVICES
+        for t in all_targets(d)
+        if parse_target(t).kind != "range"
+    ]
 
 
 def finalists(device):

@@ -2,6 +2,7 @@
 
 Inputs:  config.yaml (data, supernet, aows), results/lut/{device}/lut.parquet
 Outputs: results/targets/{device}/{target}.json            the target resolved (fails if no network meets it)
+         results/targets/feasible.txt                       every absolute target checked: training waits for it
          results/supernet/ows/{unaries,metrics}.parquet     OWS: one supernet for every device and target
          results/supernet/ows/checkpoints/after_{n}.pt      after n epochs (AOWS starts from n = W)
          results/supernet/aows/{device}/{target}/...        AOWS: one supernet per (device, target)
@@ -26,8 +27,28 @@ rule check_target:
         "--target {wildcards.target:q} --out {output:q} > {log:q} 2>&1"
 
 
+# The gate of every training job: an infeasible absolute target stops the run before any training starts
+# (relative targets are always feasible). Training reads the gate as ancient and its path never changes,
+# so adding a target reruns the gate and the new checks, never the OWS supernet or the greedy trajectory.
+rule targets_feasible:
+    input:
+        absolute_target_checks,
+    output:
+        "results/targets/feasible.txt",
+    log:
+        "results/logs/targets_feasible.log",
+    priority: 100
+    localrule: True
+    conda:
+        "../../envs/aows.yaml"
+    shell:
+        "printf '%s\\n' {input:q} > {output:q} 2> {log:q}"
+
+
 # The OWS supernet reads no LUT and no target.
 rule train_ows:
+    input:
+        feasible=ancient("results/targets/feasible.txt"),
     output:
         unaries="results/supernet/ows/unaries.parquet",
         metrics="results/supernet/ows/metrics.parquet",
