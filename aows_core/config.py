@@ -10,8 +10,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -273,3 +274,92 @@ def space_from_config(config: Mapping):
 
     s = dict(config["space"])
     return get_space(s.pop("preset"), **s)
+
+
+# ---------------------------------------------------------------------------------------- methods
+SUPERNET_METHODS = ("aows", "ows")
+BASELINE_METHODS = ("greedy", "uniform")
+METHODS = SUPERNET_METHODS + BASELINE_METHODS  # the order of the results tables
+
+
+# ------------------------------------------------------------------------------------ data settings
+DATASETS = ("fashion_mnist", "cifar10", "imagefolder")
+DEFAULT_ROOTS: dict[str, str | None] = {
+    "fashion_mnist": "/usr/share/datasets/fashion-mnist",
+    "cifar10": None,
+    "imagefolder": None,
+}
+
+
+class DataError(ValueError):
+    """A dataset that is missing, misplaced, corrupt, or does not match the search space."""
+
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What to load and how: dataset, root, split sizes, batch size, seed and loader options."""
+
+    name: str = "fashion_mnist"
+    root: str | None = None  # None → DEFAULT_ROOTS[name]
+    download: bool = False  # torchvision download of fashion_mnist / cifar10 into root, if missing
+    search_val: int = 5000  # images held out of the official train set to score the search
+    calibration: int = 2000  # images of the train split used for BatchNorm recalibration
+    train_subset: int | None = None  # keep the first N of a seeded permutation of the train split
+    batch_size: int = 128  # global training batch (all ranks together)
+    seed: int = 0
+    channels_last: bool = False
+    num_workers: int = 0  # DataLoader workers (imagefolder only)
+    augment: bool = True  # crop + flip on training batches
+    image_size: int | None = None  # imagefolder crop size (None → 224); fixed by the data otherwise
+
+    def __post_init__(self) -> None:
+        """Check names and ranges early, naming the offending key."""
+        if self.name not in DATASETS:
+            raise DataError(f"data.name: unknown dataset {self.name!r}; choose one of {', '.join(DATASETS)}")
+        for key in ("search_val", "calibration", "num_workers"):
+            if int(getattr(self, key)) < 0:
+                raise DataError(f"data.{key} must be ≥ 0, got {getattr(self, key)}")
+        if self.batch_size < 1:
+            raise DataError(f"data.batch_size must be ≥ 1, got {self.batch_size}")
+        if self.train_subset is not None and self.train_subset < 1:
+            raise DataError(f"data.train_subset must be ≥ 1 or null, got {self.train_subset}")
+        if self.image_size is not None and self.name != "imagefolder":
+            raise DataError(f"data.image_size only applies to imagefolder; {self.name} images have a fixed size")
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any], **overrides: Any) -> "DataSpec":
+        """Build from a config mapping (e.g. config['data']); unknown keys are refused."""
+        known = {f.name for f in fields(cls)}
+        merged = {**dict(mapping), **overrides}
+        unknown = sorted(set(merged) - known)
+        if unknown:
+            raise DataError(f"data: unknown key(s) {unknown}; known keys are {sorted(known)}")
+        return cls(**merged)
+
+    @property
+    def resolved_root(self) -> Path:
+        """The root to read: data.root, or the dataset's default root."""
+        root = self.root if self.root is not None else DEFAULT_ROOTS[self.name]
+        if root is None:
+            raise DataError(f"dataset {self.name!r} has no default location: set data.root to its folder")
+        return Path(os.path.expanduser(str(root)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of the settings (for provenance metadata)."""
+        return asdict(self)
+
+
+
+def data_spec(config: Mapping[str, Any], section: str | None = "supernet") -> DataSpec:
+    """The DataSpec of a validated config: training batches of `section` ("supernet" or "retrain"), or
+    (section None) just the dataset, for reading test images."""
+    d, seed = config["data"], int(config["seed"])
+    if section is None:
+        return DataSpec(name=d["dataset"], root=d["root"], download=d["download"], seed=seed)
+    s = config[section]
+    return DataSpec(
+        name=d["dataset"], root=d["root"], download=d["download"], search_val=d["search_val"],
+        calibration=d["calibration"], train_subset=d["train_subset"], batch_size=s["batch_size"],
+        seed=seed, channels_last=s["channels_last"], num_workers=d["num_workers"],
+    )

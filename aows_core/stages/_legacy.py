@@ -11,17 +11,17 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import io
-from .config import space_from_config
-from .profiling import read_latency
-from .space import SearchSpace, multiplier_configs
+from .. import io
+from ..config import space_from_config
+from ..profiling import read_latency
+from ..space import SearchSpace, multiplier_configs
 
 SETS = ("train", "lambda_val", "test")
 
 
 def sample(config: Mapping[str, Any], out: str | os.PathLike) -> dict[str, int]:
     """Write the profiling configurations: train (coverage-biased), lambda_val and test (uniform) (§4, supp. A)."""
-    from .sampling import config_sets, coverage_lower_bound
+    from ..sampling import config_sets, coverage_lower_bound
 
     space = space_from_config(config)
     s = config["sampling"]
@@ -73,7 +73,7 @@ def fit_lut(
     config: Mapping[str, Any], device: str, latency: str | os.PathLike, out: str | os.PathLike, report: str | os.PathLike
 ) -> dict[str, Any]:
     """Fit the LUT on the train set, choosing λ on lambda_val only (§4 eq. linear_lat + soft prior)."""
-    from . import lut
+    from .. import lut
 
     space = space_from_config(config)
     table, lmeta = read_latency(latency, space, device)
@@ -90,7 +90,7 @@ def fit_lut(
     if lmeta.get("analytic"):
         # FLOPs decompose exactly over layers (§7.2): the table is known, nothing to fit; the λ scan
         # report still says how well it reproduces the profiled networks.
-        from .devices.flops import variable_macs
+        from ..devices.flops import variable_macs
 
         exact = variable_macs(space) * lmeta["device_spec"].get("batch_size", 1) / 1e6
         fit = lut.exact_result(exact)
@@ -134,7 +134,7 @@ def fit_lut(
 
 def read_lut(path: str | os.PathLike, space: SearchSpace, device: str | None = None) -> tuple[np.ndarray, dict]:
     """A LUT artifact as a vector over the space's variables; refused if from another space or (given) device."""
-    from . import lut
+    from .. import lut
 
     table, meta = io.read_table(path, "lut")
     if meta.get("space_hash") != space.hash:
@@ -163,8 +163,8 @@ def validate_lut(
     plot: str | os.PathLike,
 ) -> dict[str, Any]:
     """Held-out test metrics of the LUT beside the noise floor and a FLOPs-proportional baseline (§7)."""
-    from . import lut, plots
-    from .devices.flops import network_macs
+    from .. import lut, plots
+    from ..devices.flops import network_macs
 
     space = space_from_config(config)
     table, lmeta = read_latency(latency, space, device)
@@ -226,7 +226,7 @@ def decode(
     epoch: int | None = None,
 ) -> list[dict[str, Any]]:
     """Decisions of `method` for each target from a unaries artifact and a device's LUT (§5 eq. lagrange)."""
-    from .decode import decide, read_unaries, write_decisions
+    from ..decode import decide, read_unaries, write_decisions
 
     space = space_from_config(config)
     x, tmeta = read_lut(lut_path, space, device)
@@ -245,8 +245,8 @@ def check_target(config: Mapping[str, Any], device: str, lut_path: str | os.Path
     """Resolve one target against a device's LUT and refuse it, naming the minimum, if no network meets it."""
     import json
 
-    from .chain import InfeasibleTarget
-    from .decode import latency_range, resolve_target
+    from ..chain import InfeasibleTarget
+    from ..decode import latency_range, resolve_target
 
     space = space_from_config(config)
     x, meta = read_lut(lut_path, space, device)
@@ -270,7 +270,7 @@ def check_target(config: Mapping[str, Any], device: str, lut_path: str | os.Path
 
 def greedy(config: Mapping[str, Any], model: str | os.PathLike, out: str | os.PathLike, progress: bool = True) -> list[dict]:
     """The AutoSlim greedy trajectory of the OWS supernet (§3); independent of any LUT."""
-    from .greedy import greedy_trajectory
+    from ..greedy import greedy_trajectory
 
     return greedy_trajectory(config, model, out, progress=progress)
 
@@ -285,8 +285,8 @@ def decide_baseline(
     trajectory: str | os.PathLike | None = None,
 ) -> list[dict[str, Any]]:
     """Decisions of a baseline: `greedy` (first trajectory point meeting the target) or `uniform` multipliers."""
-    from .baselines import decide_greedy, decide_uniform
-    from .decode import write_decisions
+    from ..baselines import decide_greedy, decide_uniform
+    from ..decode import write_decisions
 
     space = space_from_config(config)
     x, tmeta = read_lut(lut_path, space, device)
@@ -295,7 +295,7 @@ def decide_baseline(
     if method == "greedy":
         if trajectory is None:
             raise ValueError("the greedy baseline needs --trajectory (the greedy_trajectory parquet)")
-        from . import greedy as _  # noqa: F401  (registers the greedy_trajectory schema)
+        from .. import greedy as _  # noqa: F401  (registers the greedy_trajectory schema)
 
         table, gmeta = io.read_table(trajectory, "greedy_trajectory")
         if gmeta.get("space_hash") != space.hash:

@@ -48,12 +48,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-DATASETS = ("fashion_mnist", "cifar10", "imagefolder")
-DEFAULT_ROOTS: dict[str, str | None] = {
-    "fashion_mnist": "/usr/share/datasets/fashion-mnist",
-    "cifar10": None,
-    "imagefolder": None,
-}
+from ..config import DATASETS, DEFAULT_ROOTS, DataError, DataSpec  # noqa: F401  (the data settings live in config)
+
 # Per-channel mean and std of the training images (ImageNet's for ImageFolder).
 MEAN_STD: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "fashion_mnist": ((0.2860,), (0.3530,)),
@@ -73,65 +69,7 @@ CIFAR10_FILES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4",
 _SPLIT, _SHUFFLE, _AUGMENT, _CALIBRATION = 0x5EED01, 0x5EED02, 0x5EED03, 0x5EED04
 
 
-class DataError(ValueError):
-    """A dataset that is missing, misplaced, corrupt, or does not match the search space."""
-
-
 # --------------------------------------------------------------------------------------- spec
-
-
-@dataclass(frozen=True)
-class DataSpec:
-    """What to load and how: dataset, root, split sizes, batch size, seed and loader options."""
-
-    name: str = "fashion_mnist"
-    root: str | None = None  # None → DEFAULT_ROOTS[name]
-    download: bool = False  # torchvision download of fashion_mnist / cifar10 into root, if missing
-    search_val: int = 5000  # images held out of the official train set to score the search
-    calibration: int = 2000  # images of the train split used for BatchNorm recalibration
-    train_subset: int | None = None  # keep the first N of a seeded permutation of the train split
-    batch_size: int = 128  # global training batch (all ranks together)
-    seed: int = 0
-    channels_last: bool = False
-    num_workers: int = 0  # DataLoader workers (imagefolder only)
-    augment: bool = True  # crop + flip on training batches
-    image_size: int | None = None  # imagefolder crop size (None → 224); fixed by the data otherwise
-
-    def __post_init__(self) -> None:
-        """Check names and ranges early, naming the offending key."""
-        if self.name not in DATASETS:
-            raise DataError(f"data.name: unknown dataset {self.name!r}; choose one of {', '.join(DATASETS)}")
-        for key in ("search_val", "calibration", "num_workers"):
-            if int(getattr(self, key)) < 0:
-                raise DataError(f"data.{key} must be ≥ 0, got {getattr(self, key)}")
-        if self.batch_size < 1:
-            raise DataError(f"data.batch_size must be ≥ 1, got {self.batch_size}")
-        if self.train_subset is not None and self.train_subset < 1:
-            raise DataError(f"data.train_subset must be ≥ 1 or null, got {self.train_subset}")
-        if self.image_size is not None and self.name != "imagefolder":
-            raise DataError(f"data.image_size only applies to imagefolder; {self.name} images have a fixed size")
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any], **overrides: Any) -> "DataSpec":
-        """Build from a config mapping (e.g. config['data']); unknown keys are refused."""
-        known = {f.name for f in fields(cls)}
-        merged = {**dict(mapping), **overrides}
-        unknown = sorted(set(merged) - known)
-        if unknown:
-            raise DataError(f"data: unknown key(s) {unknown}; known keys are {sorted(known)}")
-        return cls(**merged)
-
-    @property
-    def resolved_root(self) -> Path:
-        """The root to read: data.root, or the dataset's default root."""
-        root = self.root if self.root is not None else DEFAULT_ROOTS[self.name]
-        if root is None:
-            raise DataError(f"dataset {self.name!r} has no default location: set data.root to its folder")
-        return Path(os.path.expanduser(str(root)))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the settings (for provenance metadata)."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)

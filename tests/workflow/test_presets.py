@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 from aows_core import config as aows_config
 from aows_core.data import IMAGEFOLDER_SIZE, DatasetInfo, check_space
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
 PROFILES = ROOT / "workflow" / "profiles"
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))

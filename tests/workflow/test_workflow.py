@@ -14,7 +14,7 @@ import torch
 from aows_core import io
 from aows_core import greedy, measure, pareto, proxy, retrain, train  # noqa: F401  (register their artifact schemas)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
 
 TINY = {

@@ -1,0 +1,1 @@
+"""The only code that touches the project's files: schemas, parquet with provenance, typed readers, atomic writes."""

@@ -1,0 +1,1 @@
+"""Resumable training loops (supernet, retraining) and distributed helpers."""
