@@ -194,6 +194,14 @@ class SearchSpace:
         idx = np.asarray(idx)
         return np.stack([tab[idx[..., i], idx[..., i + 1]] for i, tab in enumerate(self.edge_tables)], axis=-1)
 
+    def layer_channels(self, layer_idx: Sequence[int]) -> list[int]:
+        """Searchable widths for per-layer choice indices (layers 1..n-1 only)."""
+        return [c[j] for c, j in zip(self.layer_choices, layer_idx)]
+
+    def layer_columns(self, idx, what: str = "choice indices") -> np.ndarray:
+        """(…, n_layers) choice indices from (…, n+1) chain-node or (…, n_layers) layer columns."""
+        return layer_columns(idx, self.n_layers, what)
+
     @property
     def max_config(self) -> list[int]:
         return [c[-1] for c in self.layer_choices]
@@ -256,6 +264,34 @@ class SearchSpace:
             thetas=tuple(Theta(int(a), int(b), int(s), int(k), str(kd)) for a, b, s, k, kd in d["thetas"]),
             base=tuple(int(x) for x in d.get("base", ())),
         )
+
+
+def pad_nodes(per_layer: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Per-node arrays of the chain (nodes 0..n): zeros on the fixed end nodes around the layers' arrays."""
+    return [np.zeros(1)] + [np.asarray(d, dtype=np.float64) for d in per_layer] + [np.zeros(1)]
+
+
+def layer_columns(idx, n_layers: int, what: str = "choice indices") -> np.ndarray:
+    """Drop the fixed end-node columns: (…, n_layers + 2) → (…, n_layers); (…, n_layers) passes unchanged."""
+    idx = np.asarray(idx)
+    L = int(n_layers)
+    if idx.ndim >= 1 and idx.shape[-1] == L + 2:
+        return idx[..., 1:-1]
+    if idx.ndim < 1 or idx.shape[-1] != L:
+        got = idx.shape[-1] if idx.ndim else 0
+        raise ValueError(f"{what} has {got} columns; expected {L} layers (or {L + 2} chain nodes)")
+    return idx
+
+
+def check_mobilenet_chain(space: SearchSpace) -> None:
+    """Refuse spaces MobileNetV1 cannot build: the classifier (`linear`) must be the last edge, and only there."""
+    for i, t in enumerate(space.thetas):
+        last = i == space.n_edges - 1
+        if (t.kind == "linear") != last:
+            raise ValueError(
+                f"space {space.name!r}: edge {i} is {t.kind!r}; a MobileNet-v1 chain needs the classifier "
+                f"('linear') as its last edge and only there"
+            )
 
 
 def width_choices(base: int, multipliers: Sequence[float], divisor: int = 8, min_width: int = 8) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""Chain MRF decoders at paper scale (aows_core.chain): timings and the Lagrangian's misses.
+"""Chain MRF decoders at paper scale (aows_core.search.chain): timings and the Lagrangian's misses.
 
 The instance has the shape of the paper's ImageNet MobileNet-v1 space (`mobilenet_v1_imagenet`:
 16 nodes, up to 14 widths) with a synthetic MAC-proportional latency model per edge Θ_i
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aows_core.chain import Chain
+from aows_core.search.chain import Chain
 from aows_core.space import get_space
 
 TARGETS = {"decode_fresh_s": 0.5, "decode_warm_ms": 3.0, "hull_100_ms": 20.0, "marginals_ms": 0.5, "ffbs_512_ms": 2.0}
@@ -78,7 +78,7 @@ FRESH = """
 import time, sys
 t0 = time.perf_counter()
 import numpy as np
-from aows_core.chain import Chain
+from aows_core.search.chain import Chain
 d = np.load(sys.argv[1])
 n = int(d['n'])
 r = Chain([d[f'u{i}'] for i in range(n)], [d[f'l{i}'] for i in range(n - 1)]).decode(float(d['target']))

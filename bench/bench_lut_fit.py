@@ -7,8 +7,8 @@ observed), 200 lambda_val and 500 test networks. Latencies come from a synthetic
 multiplicative Gaussian noise. Every timed step runs `--reps` times, interleaved, in one process:
 
   (a) one fit at a λ > 0, end to end: design matrix, monotonicity matrix, coverage check, OSQP solve;
-  (b) the whole λ scan (lut.DEFAULT_LAMBDAS), end to end, choosing λ on lambda_val;
-  (c) the same objective at the same λ through cvxpy + SCS (lut.fit_lut_cvxpy), end to end.
+  (b) the whole λ scan (fit.DEFAULT_LAMBDAS), end to end, choosing λ on lambda_val;
+  (c) the same objective at the same λ through cvxpy + SCS (fit.fit_cvxpy), end to end.
 
 It prints medians with min–max and IQR, the ratio (c)/(a), and test errors of both fits against the
 measured (noisy) and the noise-free latencies.
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from aows_core import lut
+from aows_core.latency import fit, lut, metrics
 from aows_core.space import get_space
 
 KIND_CONST_MS = {"conv": 0.05, "dwsep": 0.08, "linear": 0.03}
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     import osqp
     import scs
 
-    print(f"# osqp {osqp.__version__}, cvxpy {cvxpy.__version__}, scs {scs.__version__}; OSQP settings {lut.OSQP_SETTINGS}")
+    print(f"# osqp {osqp.__version__}, cvxpy {cvxpy.__version__}, scs {scs.__version__}; OSQP settings {fit.OSQP_SETTINGS}")
     print(f"# train {len(idx_tr)} networks ({n_added} added for coverage), lambda_val {len(idx_val)}, test {len(idx_te)}; "
           f"noise {100 * args.noise:.1f} %, median train latency {np.median(meas['train']):.3f} ms")
 
@@ -121,19 +121,19 @@ def main(argv: list[str] | None = None) -> None:
         A_val = lut.design_matrix(space, idx_val)
         V = lut.monotonicity_matrix(space)
         lut.check_coverage(space, lut.observation_counts(A_tr))
-        return lut.lambda_scan(A_tr, meas["train"], A_val, meas["val"], V, lut.DEFAULT_LAMBDAS, space=space)
+        return fit.lambda_scan(A_tr, meas["train"], A_val, meas["val"], V, fit.DEFAULT_LAMBDAS, space=space)
 
     def ours_end_to_end(lam):
         A_tr = lut.design_matrix(space, idx_tr)
         V = lut.monotonicity_matrix(space)
         lut.check_coverage(space, lut.observation_counts(A_tr))
-        return lut.fit_lut(A_tr, meas["train"], V, [lam], space=space)[0]
+        return fit.fit_osqp(A_tr, meas["train"], V, [lam], space=space)[0]
 
     def cvxpy_end_to_end(lam, solver):
         A_tr = lut.design_matrix(space, idx_tr)
         V = lut.monotonicity_matrix(space)
         lut.check_coverage(space, lut.observation_counts(A_tr))
-        return lut.fit_lut_cvxpy(A_tr, meas["train"], V, lam, solver=solver)
+        return fit.fit_cvxpy(A_tr, meas["train"], V, lam, solver=solver)
 
     t_scan: list[float] = []
     t0 = time.perf_counter()
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print("\n## timings (end to end, incl. design and monotonicity matrices)")
     print(f"(a) OSQP, one λ:          {stats(t_ours)}   iterations {fit_ours.iterations}")
-    print(f"(b) OSQP, λ scan ({len(lut.DEFAULT_LAMBDAS)} λ):  {stats(t_scan)}")
+    print(f"(b) OSQP, λ scan ({len(fit.DEFAULT_LAMBDAS)} λ):  {stats(t_scan)}")
     print(f"(c) cvxpy + SCS, one λ:   {stats(t_scs)}   iterations {fit_scs.iterations}")
     if args.clarabel:
         print(f"    cvxpy + CLARABEL:     {stats(t_cla)}   iterations {fit_cla.iterations}")
@@ -182,14 +182,14 @@ def main(argv: list[str] | None = None) -> None:
     fits.append((f"OSQP scan (λ={results[best].lam_rel:g})", results[best]))
     for name, f in fits:
         pred = lut.predict(space, f.x, idx_te)
-        m = lut.latency_metrics(pred, meas["test"])
-        mt = lut.latency_metrics(pred, clean["test"])
+        m = metrics.latency_metrics(pred, meas["test"])
+        mt = metrics.latency_metrics(pred, clean["test"])
         print(f"{name:<22} {f.objective:12.6f} {100 * m['nrmse']:9.3f}% {100 * mt['nrmse']:10.3f}% {100 * m['mape']:8.3f}% "
               f"{m['kendall_tau']:6.3f} {f.n_violated:8d}")
     d = lut.predict(space, fit_ours.x, idx_te) / lut.predict(space, fit_scs.x, idx_te) - 1
     print(f"max |pred_OSQP / pred_SCS - 1| on test: {np.max(np.abs(d)):.2e}")
     print(f"noise floor: NRMSE of the noise-free truth against measurements "
-          f"{100 * lut.latency_metrics(clean['test'], meas['test'])['nrmse']:.3f}%")
+          f"{100 * metrics.latency_metrics(clean['test'], meas['test'])['nrmse']:.3f}%")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Profiling throughput: share of wall time inside timed forward passes, and networks per minute.
 
-Runs the real protocol (`aows_core.profiling.profile`: plan, journal, references, retests) on the
+Runs the real protocol (`aows_core.stages.profile.profile_session`: plan, journal, references, retests) on the
 default space for each backend, several times, and prints median and spread.
 
     python bench/bench_profiling.py --networks 150 --reps 3
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from aows_core import io
+from aows_core import artifacts as io
 from aows_core.config import validate
-from aows_core.profiling import profile
+from aows_core.stages.profile import profile_session as profile
 from aows_core.space import get_space
 
 

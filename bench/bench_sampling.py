@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from aows_core.sampling import (
+from aows_core.latency.sampling import (
     biased_configs,
     coverage_lower_bound,
     networks_to_cover,

@@ -27,9 +27,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aows_core.models import MobileNetV1
+from aows_core.nets.mobilenet import MobileNetV1
 from aows_core.space import get_space
-from aows_core.supernet import SlimmableMobileNetV1, sandwich_step, widths_tensor
+from aows_core.nets.sandwich import sandwich_step
+from aows_core.nets.slimmable import SlimmableMobileNetV1, widths_tensor
 
 
 def stats(ts: list[float]) -> dict:
@@ -112,10 +113,11 @@ def section_b(space, B, channels_last, reps, warmup, seed):
 
 
 def section_c(space, B, reps, seed):
-    from aows_core.aows import AOWSSampler, uniform_configs
-    from aows_core.decode import latency_range
+    from aows_core.search.sampler import AOWSSampler
+    from aows_core.search.sampler import uniform_paths as uniform_configs
+    from aows_core.search.targets import latency_range
     from aows_core.devices.flops import variable_macs
-    from aows_core.unaries import WindowUnaries
+    from aows_core.search.unaries import WindowUnaries
 
     rng = np.random.default_rng(seed)
     x = variable_macs(space) / 1e6  # an exact FLOPs LUT stands in for a device LUT

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from aows_core import io
+from aows_core import artifacts as io
 from aows_core.space import mobilenet_v1_space
 
 
@@ -22,3 +22,14 @@ def write_uniform_configs(space, path, n_per_set=(30, 10, 20), seed=0):
             rows.append({"config_id": len(rows), "channels": ch, "set": name, "sampler": "uniform"})
     io.write_records(rows, path, "configs", io.provenance(space_name=space.name, space_hash=space.hash, sampler="uniform"))
     return rows
+
+
+@pytest.fixture(autouse=True)
+def _denormals_restored():
+    """A timing device flushes denormals for its whole process (DESIGN: timed like profiled); tests share one
+    process, so the next test (e.g. hypothesis, which needs subnormals) gets the default back."""
+    yield
+    import sys
+
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_flush_denormal(False)

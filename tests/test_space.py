@@ -6,7 +6,17 @@ import subprocess
 import numpy as np
 import pytest
 
-from aows_core.space import PRESETS, get_space, mobilenet_v1_space, width_choices
+from aows_core.space import (
+    PRESETS,
+    SearchSpace,
+    Theta,
+    check_mobilenet_chain,
+    get_space,
+    layer_columns,
+    mobilenet_v1_space,
+    pad_nodes,
+    width_choices,
+)
 
 PAPER_TABLE = {
     1: [8, 16, 24, 32, 40, 48],
@@ -79,3 +89,25 @@ def test_space_cli_json(preset):
     s = get_space(preset)
     assert d["n_variables"] == s.n_variables and d["n_slots"] == s.n_slots and d["size"] == s.size
     assert len(d["edges"]) == s.n_edges and d["layer_choices"] == [list(c) for c in s.layer_choices]
+
+
+def test_node_and_layer_vocabulary():
+    s = get_space("mobilenet_v1_fmnist")
+    u = pad_nodes([np.arange(len(c)) for c in s.layer_choices])
+    assert len(u) == s.n_nodes and [x.size for x in u] == [len(c) for c in s.choices]
+    assert u[0].tolist() == [0.0] == u[-1].tolist() and all(x.dtype == np.float64 for x in u)
+    idx = np.stack([s.indices(s.max_config), s.indices(s.min_config)])
+    layers = s.layer_columns(idx)
+    assert layers.shape == (2, s.n_layers) and np.array_equal(layer_columns(layers, s.n_layers), layers)
+    assert s.layer_channels(layers[0]) == s.max_config == s.channels_of(idx[0])
+    with pytest.raises(ValueError, match="columns"):
+        s.layer_columns(idx[:, :5])
+
+
+def test_mobilenet_chain_needs_the_classifier_last_and_only_there():
+    s = get_space("mobilenet_v1_fmnist")
+    check_mobilenet_chain(s)
+    t = Theta(4, 4, 1, 1, "linear")
+    bad = SearchSpace("bad", ((1,), (8, 16), (4,)), (t, Theta(4, 4, 1, 3, "conv")))
+    with pytest.raises(ValueError, match="edge 0 is 'linear'"):
+        check_mobilenet_chain(bad)

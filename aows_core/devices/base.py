@@ -100,6 +100,14 @@ def normalise_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {**SPEC_DEFAULTS, **spec}
 
 
+def spec_differences(device: "Device", spec: Mapping[str, Any], spec_then: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """[(key, then, now)] of the device settings (backend + `device.keys`) that differ from those profiled (§4 same form)."""
+    spec_then = dict(spec_then or {})
+    then = {"backend": spec_then.get("backend"), **normalise_spec(spec_then)}
+    now = {"backend": spec.get("backend"), **device.spec}
+    return [(k, then.get(k), now.get(k)) for k in ("backend", *device.keys) if then.get(k) != now.get(k)]
+
+
 def check_counts(repeats: int, warmup: int) -> tuple[int, int]:
     """Validated (repeats ≥ 1, warmup ≥ 0)."""
     repeats, warmup = int(repeats), int(warmup)

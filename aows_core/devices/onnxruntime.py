@@ -1,9 +1,9 @@
 """`onnxruntime`: ONNX Runtime's CPU execution provider, a deployment runtime target (§4 is framework-agnostic).
 
 Graphs are written directly with `onnx.helper` (Conv with bias, Relu, depthwise Conv with
-group = c, GlobalAveragePool, Flatten, Gemm): no tracing, no torch. `onnx_from_weights` builds the
-graph of a network from a folded state dict (`models.folded_state`), so ONNX and torch compute the
-same function and the export stage reuses it. Names follow the torch module paths.
+group = c, GlobalAveragePool, Flatten, Gemm): no tracing, no torch. The graphs themselves
+(`edge_graph`, `onnx_from_weights`) live in `nets.onnx`, shared with the export stage; names follow
+the torch module paths.
 
 For timing (`OnnxRuntime`), thousands of graphs must be cheap (§4 profiles whole networks): the
 nodes and initialiser headers of every edge (i, c_i, c_{i+1}) are serialised once and cached, and
@@ -24,121 +24,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..space import SearchSpace
+from ..nets import TIMING_WEIGHT_STD, WEIGHT_ALIGN
+from ..nets.onnx import INPUT, IR_VERSION, OPSET, OUTPUT, _io, _model, edge_graph, onnx_from_weights, param_shapes  # noqa: F401 (re-exported)
+from ..space import SearchSpace, check_mobilenet_chain
 from .base import Device, Measurement, check_counts, host_fingerprint, timed_loop, usable_cores
 
-OPSET = 17
-IR_VERSION = 8  # readable by every ONNX Runtime since 1.10
-INPUT, OUTPUT = "input", "logits"
-TIMING_WEIGHT_STD = 0.05  # as models.TIMING_WEIGHT_STD
-_ALIGN = 16  # floats between consecutive pool views (64-byte alignment)
 GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
 TIMING_FORM = "mobilenet_v1-deploy(bn-folded)/onnx-opset17/external-initializers/iobinding/v1"
-
-
-def _check_space(space: SearchSpace) -> None:
-    """The classifier must be the last edge and only there (as in models.check_space)."""
-    for i, t in enumerate(space.thetas):
-        if (t.kind == "linear") != (i == space.n_edges - 1):
-            raise ValueError(f"space {space.name!r}: edge {i} is {t.kind!r}; the classifier ('linear') must be the last edge only")
-
-
-def edge_output(space: SearchSpace, i: int) -> str:
-    """Name of the tensor edge i produces (its last ReLU's module path; `logits` for the classifier)."""
-    t = space.thetas[i]
-    if t.kind == "linear":
-        return OUTPUT
-    return f"features.{i}.{1 if t.kind == 'conv' else 3}"
-
-
-def edge_graph(space: SearchSpace, i: int, c_in: int, c_out: int) -> tuple[list, list[tuple[str, tuple[int, ...]]]]:
-    """ONNX nodes of edge i for c_in → c_out and its parameters [(name, shape)] in deployment form."""
-    from onnx import helper
-
-    t = space.thetas[i]
-    x = INPUT if i == 0 else edge_output(space, i - 1)
-    nodes: list = []
-    params: list[tuple[str, tuple[int, ...]]] = []
-
-    def conv(x: str, j: int, ci: int, co: int, k: int, s: int, g: int) -> str:
-        w, b = f"features.{i}.{j}.weight", f"features.{i}.{j}.bias"
-        params.extend([(w, (co, ci // g, k, k)), (b, (co,))])
-        y, z = f"features.{i}.{j}", f"features.{i}.{j + 1}"
-        nodes.append(
-            helper.make_node(
-                "Conv", [x, w, b], [y], name=y, kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4, group=g, dilations=[1, 1]
-            )
-        )
-        nodes.append(helper.make_node("Relu", [y], [z], name=z))
-        return z
-
-    if t.kind == "conv":
-        conv(x, 0, c_in, c_out, t.kernel, t.stride, 1)
-    elif t.kind == "dwsep":
-        h = conv(x, 0, c_in, c_in, t.kernel, t.stride, c_in)
-        conv(h, 2, c_in, c_out, 1, 1, 1)
-    elif t.kind == "linear":
-        params.extend([("classifier.weight", (c_out, c_in)), ("classifier.bias", (c_out,))])
-        nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool"], name="pool"))
-        nodes.append(helper.make_node("Flatten", ["pool"], ["flatten"], name="flatten", axis=1))
-        nodes.append(helper.make_node("Gemm", ["flatten", "classifier.weight", "classifier.bias"], [OUTPUT], name="classifier", transB=1))
-    else:
-        raise ValueError(f"unknown edge kind {t.kind!r}")
-    return nodes, params
-
-
-def param_shapes(space: SearchSpace, channels: Sequence[int]) -> list[tuple[str, tuple[int, ...]]]:
-    """[(name, shape)] of every deployment-form parameter of a configuration, in graph order."""
-    _check_space(space)
-    space.indices(channels)
-    full = space.full(channels)
-    return [p for i in range(space.n_edges) for p in edge_graph(space, i, full[i], full[i + 1])[1]]
-
-
-def _io(space: SearchSpace, batch: int | str | None):
-    """Input and output value infos (batch may be symbolic)."""
-    from onnx import TensorProto, helper
-
-    b = "batch" if batch is None else batch
-    h, w = space.resolution
-    return (
-        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [b, space.in_channels, h, w])],
-        [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, [b, space.num_classes])],
-    )
-
-
-def _model(graph):
-    """A ModelProto around `graph` at the module's opset and IR version."""
-    from onnx import helper
-
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="aows")
-    m.ir_version = IR_VERSION
-    return m
-
-
-def onnx_from_weights(space: SearchSpace, channels: Sequence[int], state: Mapping[str, Any], batch: int | None = None):
-    """ONNX ModelProto of a network from its deployment-form weights (e.g. models.folded_state); batch None = symbolic."""
-    from onnx import helper, numpy_helper
-
-    _check_space(space)
-    space.indices(channels)
-    full = space.full(channels)
-    nodes, inits = [], []
-    for i in range(space.n_edges):
-        n, params = edge_graph(space, i, full[i], full[i + 1])
-        nodes.extend(n)
-        for name, shape in params:
-            if name not in state:
-                raise KeyError(f"weights for {name!r} (shape {shape}) are missing from the state dict")
-            v = state[name]
-            if hasattr(v, "detach"):
-                v = v.detach().cpu().numpy()
-            a = np.ascontiguousarray(np.asarray(v, dtype=np.float32))
-            if a.shape != shape:
-                raise ValueError(f"{name}: expected shape {shape} for configuration {list(channels)}, got {a.shape}")
-            inits.append(numpy_helper.from_array(a, name))
-    inputs, outputs = _io(space, batch)
-    return _model(helper.make_graph(nodes, f"{space.name}", inputs, outputs, inits))
 
 
 class GraphFactory:
@@ -147,14 +39,14 @@ class GraphFactory:
     def __init__(self, space: SearchSpace, batch: int, seed: int = 0):
         from onnx import helper
 
-        _check_space(space)
+        check_mobilenet_chain(space)
         self.space = space
         self.batch = int(batch)
         self.offsets: dict[str, int] = {}
         off = 0
         for name, shape in param_shapes(space, space.max_config):
             self.offsets[name] = off
-            off += math.ceil(math.prod(shape) / _ALIGN) * _ALIGN
+            off += math.ceil(math.prod(shape) / WEIGHT_ALIGN) * WEIGHT_ALIGN
         rng = np.random.default_rng([int(seed), 0x0A05])
         self.pool = rng.standard_normal(off, dtype=np.float32) * np.float32(TIMING_WEIGHT_STD)
         inputs, outputs = _io(space, self.batch)

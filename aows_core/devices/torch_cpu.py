@@ -1,6 +1,6 @@
 """`torch-cpu`: eager PyTorch on the CPU, the paper's CPU target (§7, Xeon, batch 1, PyTorch).
 
-Each network is the deployment form of `models.timing_model` (BN folded, the form finalists are
+Each network is the deployment form of `nets.mobilenet.timing_model` (BN folded, the form finalists are
 measured in), run under `torch.inference_mode()` on a fixed N(0, 1) input batch of shape
 (B, C, H, W); one sample is `time.perf_counter_ns` around one forward pass. Threads are set here
 (torch.set_num_threads / set_num_interop_threads) and denormals are flushed; the garbage
@@ -54,7 +54,7 @@ class TorchCPU(Device):
         super().__init__(spec, space, seed)
         import torch
 
-        from ..models import TimingFactory
+        from ..nets.mobilenet import TimingFactory
 
         self.threads = int(self.spec["threads"])
         self.inter_op_threads = int(self.spec["inter_op_threads"])

@@ -1,1 +1,13 @@
-"""Networks (torch, no file I/O): fixed and slimmable MobileNet-v1, the sandwich step, sub-network scoring, ONNX graphs."""
+"""Torch networks of a search space (MobileNet-v1, the slimmable supernet) and their ONNX graphs.
+
+This file imports nothing heavy: `devices.onnxruntime` imports `nets.onnx` and `devices` promises
+numpy only. The constants below are shared by the torch timing networks (`nets.mobilenet`) and the
+ONNX timing graphs (`devices.onnxruntime`).
+"""
+
+from __future__ import annotations
+
+# Initial std of the timing weights: small enough that 1536-wide layers stay finite, and with
+# non-zero biases activations never decay towards denormals.
+TIMING_WEIGHT_STD = 0.05
+WEIGHT_ALIGN = 16  # floats (64 bytes) between consecutive weight views of the pool

@@ -1,3 +1,44 @@
-"""Stages: one module per `aows <stage>` and Snakemake rule (being filled by the redesign)."""
+"""Stages: one module per `aows <stage>` command and Snakemake rule.
 
-from ._legacy import check_target, decide_baseline, decode, fit_lut, greedy, read_lut, sample, validate_lut  # noqa: F401
+Each stage module declares COMMAND, HELP, PARSER_KWARGS, INPUTS, OUTPUTS, `add_arguments(p)`,
+`run(config, inputs, outputs, **options)` and `report(result, args)`; optional hooks are
+`needs_config(args)`, `from_args(args)` and `launch(config, args)`. Stages are the only layer that
+wires artifacts (I/O) to the algorithms. This package imports no stage module until `modules()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from types import ModuleType
+from typing import Any
+
+COMMANDS = ("space", "sample", "profile", "fit_lut", "validate_lut", "decode", "check_target", "train_supernet",
+            "greedy", "decide_baseline", "retrain", "export", "measure", "proxy", "pareto", "inspect")
+"""The stage modules, in the order of `aows --help`."""
+
+
+def modules() -> list[ModuleType]:
+    """Every stage module, imported now (building the parser needs them)."""
+    return [importlib.import_module(f"{__name__}.{name}") for name in COMMANDS]
+
+
+def add_config(p: argparse.ArgumentParser) -> None:
+    """`--config` / `--config-json`, shared by every stage that reads the configuration."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--config", help="config YAML (validated by the schema; defaults fill the rest)")
+    g.add_argument("--config-json", help="config as inline JSON (what the Snakemake rules pass)")
+
+
+_NOT_OPTIONS = {"config", "config_json", "command", "stage", "quiet"}
+
+
+def from_args(stage: ModuleType, args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Parsed arguments → (inputs, outputs, options) of `stage.run`: keys are the argparse dests."""
+    inputs = {k: getattr(args, k) for k in stage.INPUTS}
+    outputs = {k: getattr(args, k) for k in stage.OUTPUTS}
+    skip = {*stage.INPUTS, *stage.OUTPUTS, *_NOT_OPTIONS}
+    options = {k: v for k, v in vars(args).items() if k not in skip}
+    if hasattr(args, "quiet"):
+        options["progress"] = not args.quiet
+    return inputs, outputs, options

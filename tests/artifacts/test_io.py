@@ -3,7 +3,7 @@
 import pyarrow as pa
 import pytest
 
-from aows_core import io
+from aows_core import artifacts as io
 
 
 def _write(path):

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from aows_core import data as D
+from aows_core.data.datasets import _fmnist_arrays
+from aows_core.data.splits import _Normalize
 
 FMNIST = Path(D.DEFAULT_ROOTS["fashion_mnist"])
 needs_fmnist = pytest.mark.skipif(
@@ -42,7 +44,7 @@ def fake_fmnist(folder: Path, n_train: int = 300, n_test: int = 50, compress: bo
 
 def raw_train() -> tuple[torch.Tensor, torch.Tensor]:
     """The official Fashion-MNIST training images and labels."""
-    return D._fmnist_arrays(FMNIST, "train", False)
+    return _fmnist_arrays(FMNIST, "train", False)
 
 
 # ----------------------------------------------------------------------------- Fashion-MNIST
@@ -88,7 +90,7 @@ def test_splits_disjoint_deterministic_and_nested():
     # search_val images are the original training images at those indices, in that order, unaugmented
     x, y = raw_train()
     xs, ys = next(sub.search_val_batches(100))
-    norm = D._Normalize(*D.MEAN_STD["fashion_mnist"], False)
+    norm = _Normalize(*D.MEAN_STD["fashion_mnist"], False)
     assert torch.equal(xs, norm(x[torch.as_tensor(sv[:100])])) and torch.equal(ys, y[torch.as_tensor(sv[:100])])
     assert np.array_equal(sub.labels("search_val"), y[torch.as_tensor(sv)].numpy())
     xc, _ = next(sub.calibration_batches(64))
@@ -219,8 +221,8 @@ def test_spec_errors():
 def test_check_space_names_both_sides(tiny_space):
     info = D.DatasetInfo("fashion_mnist", "/r", 28, 28, 1, 10, 60000, 10000, (0.3,), (0.3,))
     with pytest.raises(D.DataError, match=r"resolution \(8, 8\) vs the images' \(28, 28\).*num_classes 4 vs the dataset's 10"):
-        D.check_space(info, tiny_space)
-    D.check_space(info, SimpleNamespace(name="ok", resolution=(28, 28), in_channels=1, num_classes=10))
+        D.check_dataset(info, tiny_space)
+    D.check_dataset(info, SimpleNamespace(name="ok", resolution=(28, 28), in_channels=1, num_classes=10))
 
 
 def test_cifar10_missing_root_is_explained(tmp_path):

@@ -11,9 +11,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from aows_core.devices import DEVICES, Device, get_device
 from aows_core.devices.flops import edge_macs, network_macs, variable_macs
-from aows_core.devices.onnxruntime import GraphFactory, onnx_from_weights, param_shapes
+from aows_core.devices.onnxruntime import GraphFactory
 from aows_core.devices.torch_cuda import TorchCUDA
-from aows_core.models import MobileNetV1, fold_bn, folded_state
+from aows_core.nets.mobilenet import MobileNetV1, fold_bn, folded_state
+from aows_core.nets.onnx import onnx_from_weights, param_shapes
 from aows_core.space import get_space
 
 FMNIST = get_space("mobilenet_v1_fmnist")

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.sparse.csgraph import shortest_path
 
-from aows_core import io, lut
+from aows_core import artifacts as io
+from aows_core.latency import fit, lut, metrics
 from aows_core.space import Theta, get_space, mobilenet_v1_space
 
 KIND_CONST = {"conv": 0.05, "dwsep": 0.08, "linear": 0.03}
@@ -202,7 +203,7 @@ def clean_problem(small):
 def test_noise_free_fit_recovers_held_out_path_sums(clean_problem):
     p = clean_problem
     space = p["space"]
-    res = lut.fit_lut(p["A_tr"], p["l_tr"], p["V"], [0.0, 1e-2, 1.0], space=space)
+    res = fit.fit_osqp(p["A_tr"], p["l_tr"], p["V"], [0.0, 1e-2, 1.0], space=space)
     meas = lut.predict(space, p["x_true"], p["idx_te"])
     for r in res:
         assert r.status == "solved" and np.all(r.x >= 0)
@@ -217,7 +218,7 @@ def test_noise_free_fit_on_the_default_space(fmnist):
     idx_tr = covering_idx(fmnist, 1500, rng)
     idx_te = sample_idx(fmnist, 200, rng)
     A = lut.design_matrix(fmnist, idx_tr)
-    (r,) = lut.fit_lut(A, A @ x_true, lut.monotonicity_matrix(fmnist), [1.0], space=fmnist)
+    (r,) = fit.fit_osqp(A, A @ x_true, lut.monotonicity_matrix(fmnist), [1.0], space=fmnist)
     meas = lut.predict(fmnist, x_true, idx_te)
     assert np.max(np.abs(lut.predict(fmnist, r.x, idx_te) - meas) / meas) < 1e-3
 
@@ -229,7 +230,7 @@ def test_noisy_fit_error_is_close_to_the_injected_noise(small):
     idx_tr, idx_val, idx_te = covering_idx(small, 800, rng), sample_idx(small, 150, rng), sample_idx(small, 500, rng)
     A_tr, A_val, A_te = (lut.design_matrix(small, i) for i in (idx_tr, idx_val, idx_te))
     noisy = lambda A: (A @ x_true) * (1 + sigma * rng.standard_normal(A.shape[0]))  # noqa: E731
-    best, results, rows = lut.lambda_scan(A_tr, noisy(A_tr), A_val, noisy(A_val), lut.monotonicity_matrix(small), space=small)
+    best, results, rows = fit.lambda_scan(A_tr, noisy(A_tr), A_val, noisy(A_val), lut.monotonicity_matrix(small), space=small)
     x = results[best].x
     clean_te = A_te @ x_true
     meas_te = clean_te * (1 + sigma * rng.standard_normal(len(clean_te)))
@@ -246,12 +247,12 @@ def test_osqp_matches_cvxpy_scs_objective(clean_problem):
     l = p["l_tr"] * (1 + 0.03 * rng.standard_normal(len(p["l_tr"])))
     A_te = lut.design_matrix(p["space"], p["idx_te"])
     for lam in (0.0, 0.05):
-        ref = lut.fit_lut_cvxpy(p["A_tr"], l, p["V"], lam, solver="SCS", eps_abs=1e-9, eps_rel=1e-9, max_iters=200_000)
-        (ours,) = lut.fit_lut(p["A_tr"], l, p["V"], [lam])  # default tolerances (eps 1e-4)
+        ref = fit.fit_cvxpy(p["A_tr"], l, p["V"], lam, solver="SCS", eps_abs=1e-9, eps_rel=1e-9, max_iters=200_000)
+        (ours,) = fit.fit_osqp(p["A_tr"], l, p["V"], [lam])  # default tolerances (eps 1e-4)
         assert ours.objective == pytest.approx(ref.objective, rel=1e-3)
         np.testing.assert_allclose(A_te @ ours.x, A_te @ ref.x, rtol=1e-3)
         assert ours.lam == pytest.approx(ref.lam) and ours.lam == pytest.approx(lam * np.median(l))
-        (tight,) = lut.fit_lut(p["A_tr"], l, p["V"], [lam], eps_abs=1e-9, eps_rel=1e-9, polishing=True)
+        (tight,) = fit.fit_osqp(p["A_tr"], l, p["V"], [lam], eps_abs=1e-9, eps_rel=1e-9, polishing=True)
         assert tight.objective == pytest.approx(ref.objective, rel=1e-7)
         np.testing.assert_allclose(A_te @ tight.x, A_te @ ref.x, rtol=1e-5)
 
@@ -259,8 +260,8 @@ def test_osqp_matches_cvxpy_scs_objective(clean_problem):
 def test_fit_is_reproducible(clean_problem):
     p = clean_problem
     l = p["l_tr"] * (1 + 0.02 * np.random.default_rng(5).standard_normal(len(p["l_tr"])))
-    a = lut.fit_lut(p["A_tr"], l, p["V"], [0.0, 0.1])
-    b = lut.fit_lut(p["A_tr"], l, p["V"], [0.0, 0.1])
+    a = fit.fit_osqp(p["A_tr"], l, p["V"], [0.0, 0.1])
+    b = fit.fit_osqp(p["A_tr"], l, p["V"], [0.0, 0.1])
     for ra, rb in zip(a, b):
         np.testing.assert_allclose(ra.x, rb.x, rtol=0, atol=1e-12)
 
@@ -273,7 +274,7 @@ def test_missing_variable_is_refused_and_named(small):
     A = lut.design_matrix(small, idx[keep])
     t, ci, co = small.variables[v]
     with pytest.raises(lut.LUTFitError, match=rf"1 of {small.n_variables} .*c_in={ci}, c_out={co}"):
-        lut.fit_lut(A, A @ truth(small), lut.monotonicity_matrix(small), [0.0], space=small)
+        fit.fit_osqp(A, A @ truth(small), lut.monotonicity_matrix(small), [0.0], space=small)
     with pytest.raises(lut.LUTFitError, match=rf"c_in={ci}, c_out={co}"):
         lut.check_coverage(small, lut.observation_counts(A))
     lut.check_coverage(small, lut.observation_counts(lut.design_matrix(small, idx)))
@@ -282,7 +283,7 @@ def test_missing_variable_is_refused_and_named(small):
 def test_solver_failure_is_an_error_naming_lambda_and_status(clean_problem):
     p = clean_problem
     with pytest.raises(lut.LUTFitError, match=r"λ = 0\.5 .*maximum iterations"):
-        lut.fit_lut(p["A_tr"], p["l_tr"], p["V"], [0.5], max_iter=1)
+        fit.fit_osqp(p["A_tr"], p["l_tr"], p["V"], [0.5], max_iter=1)
 
 
 def test_lambda_scan_chooses_by_validation_error_only(small):
@@ -293,13 +294,13 @@ def test_lambda_scan_chooses_by_validation_error_only(small):
     l_tr = (A_tr @ x_true) * (1 + 0.1 * rng.standard_normal(A_tr.shape[0]))
     V = lut.monotonicity_matrix(small)
     grid = [10.0, 0.0, 1e-2, 1.0]  # unsorted on purpose: results follow the given order
-    fits = lut.fit_lut(A_tr, l_tr, V, sorted(grid))
+    fits = fit.fit_osqp(A_tr, l_tr, V, sorted(grid))
     by_lam = {f.lam_rel: f for f in fits}
     # validation latencies that exactly match the fit with the *worst* training error
     train_rmse = {lam: np.sqrt(np.mean((A_tr @ f.x - l_tr) ** 2)) for lam, f in by_lam.items()}
     target = max(train_rmse, key=train_rmse.get)
     assert np.max(np.abs(A_val @ by_lam[target].x - A_val @ by_lam[min(train_rmse, key=train_rmse.get)].x)) > 1e-6
-    best, results, rows = lut.lambda_scan(A_tr, l_tr, A_val, A_val @ by_lam[target].x, V, grid)
+    best, results, rows = fit.lambda_scan(A_tr, l_tr, A_val, A_val @ by_lam[target].x, V, grid)
     assert grid[best] == target and results[best].lam_rel == target
     assert [r.lam_rel for r in results] == grid
     assert [r["chosen"] for r in rows].count(True) == 1 and rows[best]["chosen"]
@@ -310,7 +311,7 @@ def test_lambda_scan_chooses_by_validation_error_only(small):
 def test_lut_fit_rows_write_under_the_schema(tmp_path, clean_problem):
     p = clean_problem
     A_te = lut.design_matrix(p["space"], p["idx_te"])
-    best, results, rows = lut.lambda_scan(p["A_tr"], p["l_tr"], A_te, A_te @ p["x_true"], p["V"], [0.0, 0.1])
+    best, results, rows = fit.lambda_scan(p["A_tr"], p["l_tr"], A_te, A_te @ p["x_true"], p["V"], [0.0, 0.1])
     io.write_records(rows, tmp_path / "fit.parquet", "lut_fit", {})
     table, _ = io.read_table(tmp_path / "fit.parquet", "lut_fit")
     assert table.num_rows == 2 and table.column("lam").to_pylist()[1] == pytest.approx(0.1 * results[0].scale)
@@ -357,22 +358,22 @@ def test_lut_roundtrip_and_refusals(tmp_path, small, fmnist):
 def test_latency_metrics_on_a_hand_computed_example():
     meas = np.array([100.0, 200.0, 400.0])
     pred = np.array([104.0, 200.0, 370.0])  # relative errors 0.04, 0, 0.075
-    m = lut.latency_metrics(pred, meas)
+    m = metrics.latency_metrics(pred, meas)
     rmse = np.sqrt((16 + 0 + 900) / 3)
     assert m["rmse_ms"] == pytest.approx(rmse)
     assert m["nrmse"] == pytest.approx(rmse / (700 / 3))
     assert m["mape"] == pytest.approx((0.04 + 0 + 0.075) / 3)
     assert m["within_5pct"] == pytest.approx(2 / 3) and m["within_10pct"] == 1.0
     assert m["kendall_tau"] == pytest.approx(1.0)
-    assert lut.latency_metrics(pred[::-1], meas)["kendall_tau"] == pytest.approx(-1.0)
+    assert metrics.latency_metrics(pred[::-1], meas)["kendall_tau"] == pytest.approx(-1.0)
     assert set(m) | {"model", "n"} == set(io.SCHEMAS["lut_validation"].names)
 
 
 def test_flops_baseline_is_least_squares_through_the_origin():
-    assert lut.flops_baseline([1.0, 2.0, 3.0], [2.0, 4.0, 6.0]) == pytest.approx(2.0)
-    assert lut.flops_baseline([1.0, 2.0], [1.0, 3.0]) == pytest.approx(7 / 5)
+    assert metrics.flops_baseline([1.0, 2.0, 3.0], [2.0, 4.0, 6.0]) == pytest.approx(2.0)
+    assert metrics.flops_baseline([1.0, 2.0], [1.0, 3.0]) == pytest.approx(7 / 5)
     with pytest.raises(ValueError):
-        lut.flops_baseline([0.0], [1.0])
+        metrics.flops_baseline([0.0], [1.0])
 
 
 def test_theta_keys_in_messages_are_readable(small):

@@ -6,8 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from aows_core.chain import viterbi
-from aows_core.sampling import (
+from aows_core.latency.sampling import (
     CoverageSampler,
     biased_configs,
     config_sets,
@@ -16,6 +15,7 @@ from aows_core.sampling import (
     networks_to_cover,
     uniform_configs,
 )
+from aows_core.search.chain import viterbi
 from aows_core.space import get_space, mobilenet_v1_space
 
 PRESETS = ("mobilenet_v1_imagenet", "mobilenet_v1_fmnist")

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from aows_core.models import MobileNetV1, TimingFactory, fold_bn, folded_state, timing_model
+from aows_core.nets.mobilenet import MobileNetV1, TimingFactory, fold_bn, folded_state, timing_model
 from aows_core.space import get_space
 
 FMNIST = get_space("mobilenet_v1_fmnist")

@@ -8,15 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aows_core.models import MobileNetV1
+from aows_core.nets.mobilenet import MobileNetV1
+from aows_core.nets.sandwich import NonFiniteLoss, sandwich_step
+from aows_core.nets.slimmable import MaskedBNReLU, SlimmableMobileNetV1, widths_tensor
 from aows_core.space import get_space, mobilenet_v1_space
-from aows_core.supernet import (
-    MaskedBNReLU,
-    NonFiniteLoss,
-    SlimmableMobileNetV1,
-    sandwich_step,
-    widths_tensor,
-)
 
 torch.set_num_threads(1)
 
@@ -36,7 +31,7 @@ def randomise(model: nn.Module, seed: int = 0) -> nn.Module:
                 m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.3)
                 m.running_var.copy_(torch.rand(m.num_features, generator=g) * 1.5 + 0.5)
                 m.weight.copy_(1 + 0.3 * torch.randn(m.num_features, generator=g))
-                m.bias.copy_(0.3 * torch.randn(m.num_features, generator=g))  # non-zero shifts: pitfall 3
+                m.bias.copy_(0.3 * torch.randn(m.num_features, generator=g))  # non-zero shifts: docs/method.md D10
         model.classifier.weight.copy_(torch.randn(model.classifier.weight.shape, generator=g))
     return model
 
@@ -102,7 +97,7 @@ def test_truncation_to_the_batch_max_width_is_exact(space, train):
 
 
 def test_masked_eval_default_space_dwsep_shift():
-    """Pitfall 3 on the default preset: masking only at block ends would leak the depthwise BN shift."""
+    """docs/method.md D10 on the default preset: masking only at block ends would leak the depthwise BN shift."""
     sp = get_space("mobilenet_v1_fmnist")
     sup = randomise(SlimmableMobileNetV1(sp), seed=3).eval()
     idx = random_idx(sp, 3, seed=2)

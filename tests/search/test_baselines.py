@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 
-from aows_core.baselines import decide_greedy, decide_uniform
+from aows_core.search.baselines import decide_greedy, decide_uniform, greedy_search, greedy_trim
+from aows_core.search.chain import latency_chain
+from aows_core.search.targets import check_feasible, latency_range, lut_tables
+from aows_core.search.chain import InfeasibleTarget
 from aows_core.space import multiplier_configs as uniform_configs
-from aows_core.chain import InfeasibleTarget
 from aows_core.devices.flops import variable_macs
 from aows_core.space import get_space
 
@@ -57,3 +59,45 @@ def test_greedy_decision_is_the_first_trajectory_point_meeting_the_target(case):
     assert r["channels"] == traj[first] and r["method"] == "greedy"
     with pytest.raises(InfeasibleTarget, match="greedy trajectory"):
         decide_greedy(space, traj[:3], x, ["range:0.1"], device="flops", unit="MMAC")
+
+
+class _Scorer:
+    """A scorer with the SubnetScorer interface: (errors, summed CE) of a configuration, calls recorded."""
+
+    def __init__(self, space, seed=0):
+        rng = np.random.default_rng(seed)
+        self.space, self.y, self.calls = space, list(range(40)), []
+        self.table = [rng.integers(0, 6, len(c)) for c in space.layer_choices]
+
+    def score(self, channels, start_edge=0):
+        self.calls.append((list(channels), start_edge))
+        idx = [c.index(w) for c, w in zip(self.space.layer_choices, channels)]
+        errors = int(sum(t[i] for t, i in zip(self.table, idx)))
+        return errors, 0.5 * errors + 1e-3 * sum(idx)
+
+
+def test_greedy_search_trims_layer_by_layer_with_cached_prefixes(case):
+    space, _ = case
+    scorer = _Scorer(space)
+    seen = []
+    rows = greedy_search(scorer, on_step=seen.append)
+    assert rows[0]["channels"] == space.max_config and rows[-1]["channels"] == space.min_config
+    assert len(rows) == sum(len(c) - 1 for c in space.layer_choices) + 1 and seen == rows[1:]
+    assert scorer.calls[0] == (space.max_config, 0)
+    for a, b in zip(rows, rows[1:]):
+        diff = [i for i, (p, q) in enumerate(zip(a["channels"], b["channels"])) if p != q]
+        assert diff == [b["lowered_layer"]] and b["error"] == b["errors"] / 40
+    # the same trajectory as the trimming loop driven by the same (errors, CE) score
+    ref = greedy_trim([len(c) for c in space.choices], lambda c, _n: scorer.score(space.channels_of(c)))
+    assert [r["channels"] for r in rows] == [space.channels_of(c) for c in ref]
+
+
+def test_latency_chain_and_feasibility(case):
+    space, x = case
+    chain = latency_chain(lut_tables(space, x))
+    assert chain.n_nodes == space.n_nodes and chain.counts.tolist() == [len(c) for c in space.choices]
+    lo, hi, fastest, slowest = latency_range(space, x)
+    assert fastest == space.min_config and slowest == space.max_config
+    assert check_feasible("range:0.5", space, x, "MMAC", "flops") == (lo + 0.5 * (hi - lo), lo, hi)
+    with pytest.raises(InfeasibleTarget, match="below the smallest latency"):
+        check_feasible(f"{lo / 2}mflops", space, x, "MMAC", "flops")

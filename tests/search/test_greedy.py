@@ -5,11 +5,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aows_core import io
-from aows_core.chain import greedy_trajectory as chain_greedy
+from aows_core import artifacts as io
+from aows_core.artifacts import read_supernet_state as load_model_state
 from aows_core.config import space_from_config, validate
-from aows_core.greedy import GreedyScorer, greedy_search, greedy_trajectory, load_model_state
-from aows_core.supernet import SlimmableMobileNetV1
+from aows_core.nets.scoring import SubnetScorer as GreedyScorer
+from aows_core.nets.slimmable import SlimmableMobileNetV1
+from aows_core.search.baselines import greedy_search, greedy_trim
+from stage_calls import greedy_trajectory
+
+
+def chain_greedy(counts, score):
+    return greedy_trim(counts, lambda c, _n: score(c))
 
 CFG = {
     "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},

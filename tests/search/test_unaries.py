@@ -3,12 +3,14 @@
 import numpy as np
 import pytest
 
-from aows_core import io
-from aows_core.aows import AOWSSampler, TemperatureSchedule, temperature_at, temperature_scale, uniform_configs
-from aows_core.chain import Chain, InfeasibleTarget
-from aows_core.decode import latency_range, lut_tables, read_unaries
+from aows_core import artifacts as io
+from aows_core.artifacts import read_unaries
 from aows_core.devices.flops import variable_macs
-from aows_core.unaries import EpochUnaries, WindowUnaries, all_gather_update
+from aows_core.search.chain import Chain, InfeasibleTarget
+from aows_core.search.sampler import AOWSSampler, TemperatureSchedule, temperature_at, temperature_scale
+from aows_core.search.sampler import uniform_paths as uniform_configs
+from aows_core.search.targets import latency_range, lut_tables
+from aows_core.search.unaries import EpochUnaries, WindowUnaries, all_gather_update
 
 SIZES = (3, 4, 5, 4, 3)
 

@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 import yaml
 
-from aows_core import io, lut
-from aows_core.chain import InfeasibleTarget
+from aows_core import artifacts as io
+from aows_core.latency import lut
+from aows_core.search.chain import InfeasibleTarget
 from aows_core.config import SCHEMA_PATH, space_from_config, validate
-from aows_core.decode import TARGET_PATTERN, latency_range, parse_target, resolve_target
+from aows_core.search.targets import TARGET_PATTERN, latency_range, parse_target, resolve_target
 from aows_core.devices.flops import variable_macs
 from aows_core.space import mobilenet_v1_space
-from aows_core.stages import decode
+from stage_calls import decode
 
 
 SMALL = {"space": {"preset": "mobilenet_v1_fmnist", "resolution": 8, "in_channels": 1, "num_classes": 4,
@@ -143,7 +144,7 @@ def test_bad_inputs_are_clear_errors(small, tmp_path):
 
 
 def test_check_target_refuses_infeasible_with_the_minimum(small, tmp_path):
-    from aows_core.stages import check_target
+    from stage_calls import check_target
 
     cfg = validate(SMALL)
     x = write_lut(small, tmp_path / "lut.parquet")
@@ -156,7 +157,7 @@ def test_check_target_refuses_infeasible_with_the_minimum(small, tmp_path):
 
 def test_check_target_refuses_the_lut_of_another_device(small, tmp_path):
     """Regression: `check-target --device cpu` accepted the flops device's LUT and wrote "feasible" in MMAC."""
-    from aows_core.stages import check_target
+    from stage_calls import check_target
 
     cfg = validate(SMALL)
     write_lut(small, tmp_path / "lut.parquet", device="flops", unit="MMAC")

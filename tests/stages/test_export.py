@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from aows_core.config import space_from_config, validate
-from aows_core.export import ExportMismatch, export
-from aows_core.models import MobileNetV1
+from aows_core.nets.mobilenet import MobileNetV1
+from aows_core.nets.onnx import ExportMismatch
+from stage_calls import export
 
 CFG = {"space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25}}
 

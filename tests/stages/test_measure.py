@@ -5,13 +5,17 @@ import math
 import numpy as np
 import pytest
 
-from aows_core import io, lut
+from aows_core import artifacts as io
+from aows_core.latency import lut
 from aows_core.cli import main
 from aows_core.config import ConfigError, space_from_config, validate
 from aows_core.devices import get_device
-from aows_core.measure import MeasureError, measure, plan
-from aows_core.profiling import profile, reference_config
-from aows_core.stages import decide_baseline, fit_lut, read_lut, sample
+from aows_core.latency.protocol import MeasureError
+from aows_core.latency.protocol import measure_plan as plan
+from aows_core.artifacts import read_lut
+from aows_core.latency.protocol import reference_config
+from aows_core.stages.profile import profile_session as profile
+from stage_calls import decide_baseline, fit_lut, measure, sample
 
 RAW = {
     "seed": 3,

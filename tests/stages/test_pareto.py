@@ -8,9 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aows_core import io, measure, pareto, proxy, retrain, train  # noqa: F401  (register schemas)
+from aows_core import artifacts as io
+from aows_core import evaluation, report
 from aows_core.config import validate
 from aows_core.space import get_space
+from aows_core.stages import pareto
+from stage_calls import pareto_stage
 
 CONFIG = validate({"space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25}})
 SPACE = get_space("mobilenet_v1_fmnist", n_choices=3, width_mult=0.25)
@@ -22,7 +25,7 @@ META = {"space_name": SPACE.name, "space_hash": SPACE.hash}
 def test_pareto_set_matches_brute_force(points):
     lat = np.array([p[0] for p in points], float)
     acc = np.array([p[1] for p in points], float)
-    keep = pareto.pareto_optimal(lat, acc)
+    keep = evaluation.pareto_optimal(lat, acc)
     for i in range(len(points)):
         dominated = any(lat[j] <= lat[i] and acc[j] >= acc[i] and (lat[j], acc[j]) != (lat[i], acc[i])
                         for j in range(len(points)))
@@ -30,9 +33,9 @@ def test_pareto_set_matches_brute_force(points):
 
 
 def test_kendall_tau_of_perfect_and_reversed_rankings():
-    assert pareto.kendall([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4])[0] == pytest.approx(1.0)
-    assert pareto.kendall([1, 2, 3, 4], [0.4, 0.3, 0.2, 0.1])[0] == pytest.approx(-1.0)
-    assert math.isnan(pareto.kendall([1, 2], [1, 2])[0])
+    assert evaluation.kendall([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4])[0] == pytest.approx(1.0)
+    assert evaluation.kendall([1, 2, 3, 4], [0.4, 0.3, 0.2, 0.1])[0] == pytest.approx(-1.0)
+    assert math.isnan(evaluation.kendall([1, 2], [1, 2])[0])
 
 
 def _finalists():
@@ -55,7 +58,7 @@ def _write_inputs(tmp_path, seeds=(0,)):
                       "meets_target_measured": lat * 1.05 <= lat + 0.5, "rel_error": 1 / 1.05 - 1, "fingerprint_match": True})
         for s in seeds:
             correct = 500 + 50 * k + 7 * s
-            lo, hi = retrain.wilson_interval(correct, 1000)
+            lo, hi = evaluation.wilson_interval(correct, 1000)
             path = tmp_path / f"r_{k}_{s}.parquet"
             io.write_records([{"method": f["method"], "device": "cpu", "target": f["target"], "channels": f["channels"], "seed": s,
                                "epochs": 1, "train_seconds": 1.0, "final_train_loss": 1.0, "test_correct": correct,
@@ -79,7 +82,7 @@ def _write_inputs(tmp_path, seeds=(0,)):
 def test_pareto_stage_writes_every_table_and_plot(tmp_path):
     rpaths = _write_inputs(tmp_path)
     out = tmp_path / "res" / "pareto_cpu.pdf"
-    rows = pareto.pareto_stage(CONFIG, "cpu", tmp_path / "measure.parquet", rpaths, tmp_path / "proxy.parquet",
+    rows = pareto_stage(CONFIG, "cpu", tmp_path / "measure.parquet", rpaths, tmp_path / "proxy.parquet",
                                {"ows": tmp_path / "metrics.parquet", "aows mid": tmp_path / "metrics.parquet"},
                                out, tmp_path / "res" / "plots")
     assert len(rows) == 6
@@ -97,7 +100,7 @@ def test_pareto_stage_writes_every_table_and_plot(tmp_path):
     conf = io.read_table(tmp_path / "res" / "plots" / "configurations.parquet", "configurations")[0].to_pylist()
     assert len(conf) == 6 * SPACE.n_layers
     assert all(c["ratio"] == pytest.approx(c["width"] / c["base_width"]) for c in conf)
-    md = pareto.summary_markdown(rows)
+    md = report.summary_markdown(rows)
     assert md.count("\n") == 6 + 1 and "aows" in md
 
 

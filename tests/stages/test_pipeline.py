@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from aows_core import io
+from aows_core import artifacts as io
 from aows_core.config import validate
 from aows_core.devices import get_device
-from aows_core.profiling import profile
-from aows_core.stages import fit_lut, sample, validate_lut
+from aows_core.stages.profile import profile_session as profile
+from stage_calls import fit_lut, sample, validate_lut
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_lut_has_every_variable_with_counts(run):
     assert table.num_rows == space.n_variables
     assert min(table.column("n_obs").to_pylist()) >= 1
     # coverage counts uses: a variable shared by m edges of one network is used m times by it
-    from aows_core import lut
+    from aows_core.latency import lut
     lat = io.read_table(d / "lat.parquet", "latency")[0].to_pylist()
     idx = np.stack([space.indices(r["channels"]) for r in lat if r["role"] == "sample" and r["set"] == "train"])
     uses = np.asarray(lut.design_matrix(space, idx).sum(axis=0)).ravel()
@@ -95,7 +95,7 @@ def test_anchors_put_the_uniform_multipliers_in_the_training_set_and_pin_the_ext
     assert all(r["sampler"] in ("biased", "anchor") for r in configs if r["set"] == "train")
     # the extremes of the space are predicted from observed networks, not extrapolated
     lut = io.read_table(d / "lut.parquet", "lut")[0]
-    from aows_core.lut import lut_vector, predict
+    from aows_core.latency.lut import lut_vector, predict
 
     x = lut_vector(space, lut)
     dev = get_device(cfg["devices"]["synth"], space, cfg["seed"])

@@ -11,9 +11,11 @@ import time
 import numpy as np
 import pytest
 
-from aows_core import io
+from aows_core import artifacts as io
 from aows_core.config import validate
-from aows_core.profiling import plan, profile, reference_config
+from aows_core.latency.protocol import profile_plan as plan
+from aows_core.latency.protocol import reference_config
+from aows_core.stages.profile import profile_session as profile
 from conftest import write_uniform_configs
 
 
@@ -151,6 +153,7 @@ def test_configs_from_another_space_are_refused(tiny_space, tmp_path):
                 tmp_path / "r", protocol(), 0, progress=False)
 
 
+@pytest.mark.slow
 def test_sigkilled_real_profiling_resumes_without_loss_or_duplicates(tiny_space, tmp_path):
     """A torch-cpu profiling process killed with SIGKILL, then rerun, completes every job once."""
     from aows_core.space import get_space

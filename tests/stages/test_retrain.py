@@ -3,10 +3,12 @@
 import pytest
 import torch
 
-from aows_core import io
+from aows_core import artifacts as io
 from aows_core.config import space_from_config, validate
-from aows_core.decode import write_decisions
-from aows_core.retrain import learning_rate, retrain, wilson_interval
+from aows_core.artifacts import write_decisions
+from aows_core.evaluation import wilson_interval
+from aows_core.training.retrain import learning_rate
+from stage_calls import retrain
 
 CFG = {
     "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},
@@ -49,6 +51,7 @@ def decision(tmp_path_factory):
     return cfg, d, full
 
 
+@pytest.mark.slow
 def test_retrained_network_learns_and_reports_an_interval(decision):
     cfg, d, full = decision
     table, meta = io.read_table(d / "full/result.parquet", "retrain")
@@ -60,6 +63,7 @@ def test_retrained_network_learns_and_reports_an_interval(decision):
     assert state["channels"] == full["channels"]
 
 
+@pytest.mark.slow
 def test_a_stopped_retraining_resumes_to_the_same_weights(decision, tmp_path):
     cfg, d, full = decision
     r = retrain(cfg, d / "decision.parquet", tmp_path / "out", tmp_path / "resume", progress=False, stop_after_steps=20)
@@ -71,6 +75,7 @@ def test_a_stopped_retraining_resumes_to_the_same_weights(decision, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_a_decision_of_another_space_is_refused(decision, tmp_path):
     cfg, d, _ = decision
     other = validate({**CFG, "space": {**CFG["space"], "n_choices": 4}})
@@ -78,6 +83,7 @@ def test_a_decision_of_another_space_is_refused(decision, tmp_path):
         retrain(other, d / "decision.parquet", tmp_path / "o", tmp_path / "r", progress=False)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_other_settings_starts_afresh_and_a_finished_run_clears_it(decision, tmp_path, capfd):
     """Regression: a changed retraining setting failed on the old resume checkpoint ("delete it to restart")."""
     cfg, d, full = decision

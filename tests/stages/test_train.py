@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from aows_core import io, lut
-from aows_core.chain import InfeasibleTarget
+from aows_core import artifacts as io
+from aows_core.latency import lut
+from aows_core.search.chain import InfeasibleTarget
 from aows_core.config import space_from_config, validate
 from aows_core.devices.flops import variable_macs
-from aows_core.supernet import NonFiniteLoss
-from aows_core.train import train_supernet
+from aows_core.nets.sandwich import NonFiniteLoss
+from stage_calls import train_supernet
+
+pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
 
 TINY = {
     "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},

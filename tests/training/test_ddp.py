@@ -1,5 +1,6 @@
 """Data-parallel supernet training (gloo, 2 CPU processes): unary reduction, gradient averaging, torchrun launch."""
 
+import pytest
 import json
 import subprocess
 import sys
@@ -11,11 +12,15 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
-from aows_core import io
+from aows_core import artifacts as io
 from aows_core.config import validate
-from aows_core.data import _shard
-from aows_core.train import _AveragingOptimizer, _update_unaries, train_supernet
-from aows_core.unaries import EpochUnaries, WindowUnaries
+from aows_core.data import shard_bounds as _shard
+from aows_core.search.unaries import EpochUnaries, WindowUnaries
+from aows_core.training.distributed import AveragingOptimizer as _AveragingOptimizer
+from aows_core.training.distributed import update_unaries as _update_unaries
+from stage_calls import train_supernet
+
+pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
 
 SIZES, R, B, STEPS, WINDOW = (3, 4, 2, 5), 2, 16, 12, 7
 

@@ -18,7 +18,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from aows_core import config as aows_config
-from aows_core.data import IMAGEFOLDER_SIZE, DatasetInfo, check_space
+from aows_core.data import IMAGEFOLDER_SIZE, DatasetInfo, check_dataset as check_space
+
+pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
@@ -103,7 +105,7 @@ def test_imagenet_preset_is_the_papers_setting():
             "flops": ["150mflops", "325mflops", "572mflops"]}
     assert cfg["decode"]["device_targets"] == want and cfg["aows"]["device_targets"] == want
     # with W = 5 of E = 20 the built-in schedule passes through supp. B's anchors
-    from aows_core.aows import TemperatureSchedule
+    from aows_core.search.sampler import TemperatureSchedule
 
     sched = TemperatureSchedule(aw["warmup_epochs"], sn["epochs"])
     for epoch, temperature in ((5, 1.0), (6, 1e-2), (10, 1e-3), (20, 5e-4)):

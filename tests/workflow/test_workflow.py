@@ -11,8 +11,9 @@ import yaml
 
 import torch
 
-from aows_core import io
-from aows_core import greedy, measure, pareto, proxy, retrain, train  # noqa: F401  (register their artifact schemas)
+from aows_core import artifacts as io
+
+pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"

@@ -6,6 +6,7 @@ Nothing heavy is imported here (aows_core.config needs only PyYAML and jsonschem
 import json
 
 from aows_core.config import (
+    METHODS,
     aows_targets,
     device_targets,
     parse_target,
@@ -65,9 +66,9 @@ def absolute_target_checks(wildcards):
 
 def finalists(device):
     """(method, target) of every finalist of a device: all four methods at every target."""
-    return [
-        (m, t) for m in ("ows", "greedy", "uniform") for t in all_targets(device)
-    ] + [("aows", t) for t in aows_targets(config, device)]
+    fixed = [m for m in METHODS if m != "aows"]  # config.METHODS order: ows, greedy, uniform
+    aows = [("aows", t) for t in aows_targets(config, device)]
+    return [(m, t) for m in fixed for t in all_targets(device)] + aows
 
 
 def finalist_files(pattern):

@@ -1,0 +1,373 @@
+"""Seeded splits and deterministic, resumable, shardable loaders (§7).
+
+Splits of `DataSpec.seed`: ``search_val`` (held out of the official training set, only scores
+configurations during the search, §3), ``train`` (the rest; ``train_subset = N`` keeps the first N
+of a seeded permutation), ``calibration`` (drawn from train, for BatchNorm recalibration, §3) and
+``test`` (the official test split, read only by `test_batches`, never by `load`).
+
+Training batches: epoch e is a permutation of (seed, epoch) cut into ``steps_per_epoch`` full global
+batches, so batch k of epoch e is always the same images and an iterator can start at any step
+(exact resume). Augmentation (random crop of the zero-padded image + horizontal flip) draws from
+(seed, epoch, step) per image of the global batch; with ``world_size = w`` rank r takes images
+[r·B/w, (r+1)·B/w) of each global batch (`shard_bounds`), so one process and w processes see the
+same global stream. In-memory datasets augment whole uint8 batches; ImageFolder uses torchvision
+transforms in a DataLoader whose sampler gives each image its seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..config import DataError, DataSpec
+from .datasets import (MEAN_STD, PAD, DatasetInfo, _cifar_arrays, _cifar_info, _fmnist_arrays, _fmnist_info,
+                       _imagefolder_info, _imagefolder_pair, dataset_info)
+
+# Tags separating the random streams derived from the one seed.
+_SPLIT, _SHUFFLE, _AUGMENT, _CALIBRATION = 0x5EED01, 0x5EED02, 0x5EED03, 0x5EED04
+
+
+# -------------------------------------------------------------------------- seeds and splits
+
+
+def _rng(*key: int) -> np.random.Generator:
+    """A numpy generator for one named random stream of the seed."""
+    return np.random.default_rng([int(k) for k in key])
+
+
+def split_indices(n_train: int, spec: DataSpec) -> dict[str, np.ndarray]:
+    """Seeded indices (into the official train set) of the train, search_val and calibration splits."""
+    if spec.search_val >= n_train:
+        raise DataError(f"data.search_val = {spec.search_val} leaves no training images out of {n_train}")
+    perm = _rng(spec.seed, _SPLIT).permutation(n_train)
+    search_val, train = perm[: spec.search_val], perm[spec.search_val :]
+    if spec.train_subset is not None:
+        if spec.train_subset > len(train):
+            raise DataError(
+                f"data.train_subset = {spec.train_subset} exceeds the {len(train)} training images "
+                f"({n_train} minus data.search_val = {spec.search_val})"
+            )
+        train = train[: spec.train_subset]
+    if spec.calibration > len(train):
+        raise DataError(f"data.calibration = {spec.calibration} exceeds the {len(train)} images of the train split")
+    calibration = train[_rng(spec.seed, _CALIBRATION).permutation(len(train))[: spec.calibration]]
+    return {"train": train, "search_val": search_val, "calibration": calibration}
+
+
+def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The order of the n training images in an epoch (depends on seed and epoch only)."""
+    return _rng(seed, _SHUFFLE, epoch).permutation(n)
+
+
+def shard_bounds(batch_size: int, rank: int, world_size: int) -> tuple[int, int]:
+    """The [lo, hi) slice of a global batch that a rank takes."""
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise DataError(f"rank {rank} is not in [0, world_size = {world_size})")
+    if batch_size % world_size:
+        raise DataError(f"data.batch_size = {batch_size} is not divisible by world_size = {world_size}")
+    per = batch_size // world_size
+    return rank * per, (rank + 1) * per
+
+
+# ----------------------------------------------------------------------- in-memory batches
+
+
+def augment_params(seed: int, epoch: int, step: int, batch_size: int, pad: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Crop offsets (dy, dx in [0, 2·pad]) and flips of every image of a global batch."""
+    rng = _rng(seed, _AUGMENT, epoch, step)
+    dy, dx = rng.integers(0, 2 * pad + 1, size=(2, batch_size))
+    flip = rng.random(batch_size) < 0.5
+    return dy, dx, flip
+
+
+def crop_flip(x: torch.Tensor, dy: np.ndarray, dx: np.ndarray, flip: np.ndarray, pad: int) -> torch.Tensor:
+    """Random crop of the zero-padded images and horizontal flip, per image, in one gather."""
+    n, c, h, w = x.shape
+    padded = F.pad(x, (pad, pad, pad, pad))
+    ar_h, ar_w = torch.arange(h), torch.arange(w)
+    rows = torch.as_tensor(dy).view(n, 1) + ar_h  # (n, h)
+    fl = torch.as_tensor(flip).view(n, 1)
+    cols = torch.as_tensor(dx).view(n, 1) + torch.where(fl, (w - 1) - ar_w, ar_w)  # (n, w)
+    flat = padded.reshape(n, c, -1)
+    idx = (rows[:, :, None] * (w + 2 * pad) + cols[:, None, :]).reshape(n, 1, h * w).expand(n, c, h * w)
+    return torch.gather(flat, 2, idx).view(n, c, h, w)
+
+
+class _Normalize:
+    """uint8 batch → float32, (x/255 − mean)/std, optionally channels_last."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], channels_last: bool) -> None:
+        """Store the per-channel constants."""
+        self.scale = (1.0 / (255.0 * torch.tensor(std, dtype=torch.float32))).view(1, -1, 1, 1)
+        self.shift = (torch.tensor(mean, dtype=torch.float32) / torch.tensor(std, dtype=torch.float32)).view(1, -1, 1, 1)
+        self.channels_last = channels_last
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise one batch."""
+        out = x.to(torch.float32).mul_(self.scale).sub_(self.shift)
+        return out.contiguous(memory_format=torch.channels_last) if self.channels_last else out
+
+
+def _eval_chunks(indices: np.ndarray, batch_size: int, rank: int, world_size: int) -> Iterator[np.ndarray]:
+    """Fixed-order evaluation batches; rank r takes every w-th image (all images, once, over the ranks)."""
+    if batch_size < 1:
+        raise DataError(f"batch_size must be ≥ 1, got {batch_size}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise DataError(f"rank {rank} is not in [0, world_size = {world_size})")
+    mine = indices[rank::world_size]
+    for i in range(0, len(mine), batch_size):
+        yield mine[i : i + batch_size]
+
+
+# --------------------------------------------------------------------------- ImageFolder I/O
+
+
+class _SeededImages(torch.utils.data.Dataset):
+    """ImageFolder samples under a transform whose randomness is seeded per image."""
+
+    def __init__(self, folder: Any, transform: Callable) -> None:
+        """Wrap an ImageFolder (its samples and loader) and a transform."""
+        self.samples, self.loader, self.transform = folder.samples, folder.loader, transform
+
+    def __len__(self) -> int:
+        """Number of images of the folder."""
+        return len(self.samples)
+
+    def __getitem__(self, item: int | tuple[int, int]) -> tuple[torch.Tensor, int]:
+        """Load and transform image `index`; an (index, seed) item seeds the transform's randomness."""
+        index, seed = item if isinstance(item, tuple) else (item, None)
+        path, label = self.samples[index]
+        img = self.loader(path)
+        if seed is None:
+            return self.transform(img), label
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return self.transform(img), label
+
+
+class StepSampler(torch.utils.data.Sampler):
+    """(index, augmentation seed) of one rank's images for an epoch, starting at a given step."""
+
+    def __init__(self, indices: np.ndarray, batch_size: int, seed: int, epoch: int, start_step: int = 0, rank: int = 0, world_size: int = 1) -> None:
+        """Fix the epoch's permutation, the first step and the rank's slice of each global batch."""
+        self.indices, self.batch_size, self.seed, self.epoch = indices, batch_size, seed, epoch
+        self.lo, self.hi = shard_bounds(batch_size, rank, world_size)
+        self.steps = len(indices) // batch_size
+        if not 0 <= start_step <= self.steps:
+            raise DataError(f"start_step {start_step} is outside [0, {self.steps}] steps of the epoch")
+        self.start_step = start_step
+
+    def __len__(self) -> int:
+        """Number of images this rank sees from start_step to the end of the epoch."""
+        return (self.steps - self.start_step) * (self.hi - self.lo)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        """Yield (index into the folder, per-image seed) in batch order."""
+        perm = epoch_permutation(len(self.indices), self.seed, self.epoch)
+        for step in range(self.start_step, self.steps):
+            seeds = _rng(self.seed, _AUGMENT, self.epoch, step).integers(0, 2**62, size=self.batch_size)
+            chosen = self.indices[perm[step * self.batch_size : (step + 1) * self.batch_size]]
+            for j in range(self.lo, self.hi):
+                yield int(chosen[j]), int(seeds[j])
+
+
+def _imagefolder_transforms(size: int, mean: Sequence[float], std: Sequence[float]) -> tuple[Callable, Callable]:
+    """(train, eval) torchvision transforms: RandomResizedCrop + flip; Resize(size/0.875) + CenterCrop."""
+    from torchvision import transforms as T
+
+    norm = [T.ToTensor(), T.Normalize(mean, std)]
+    train = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), *norm])
+    evalt = T.Compose([T.Resize(int(round(size / 0.875))), T.CenterCrop(size), *norm])
+    return train, evalt
+
+
+def _to_channels_last(it: Iterator[tuple[torch.Tensor, torch.Tensor]], on: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Pass batches through, converted to channels_last when asked."""
+    for x, y in it:
+        yield (x.contiguous(memory_format=torch.channels_last) if on else x), y
+
+
+# -------------------------------------------------------------------------------- the splits
+
+
+class Splits:
+    """The train, search_val and calibration splits of a dataset, with their batch iterators (no test)."""
+
+    def __init__(self, spec: DataSpec, info: DatasetInfo, indices: dict[str, np.ndarray], images: torch.Tensor | None, labels: torch.Tensor | None, folder: Any = None) -> None:
+        """Hold the spec, info, split indices and either in-memory tensors or an ImageFolder."""
+        self.spec, self.info, self.indices = spec, info, indices
+        self._images, self._labels, self._folder = images, labels, folder
+        self._norm = _Normalize(info.mean, info.std, spec.channels_last)
+        self.steps_per_epoch = len(indices["train"]) // spec.batch_size
+        if self.steps_per_epoch == 0:
+            raise DataError(f"the train split has {len(indices['train'])} images, fewer than data.batch_size = {spec.batch_size}")
+        if folder is not None:
+            self._train_tf, self._eval_tf = _imagefolder_transforms(info.height, info.mean, info.std)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Number of images per split (train is the images an epoch can use, before dropping the last batch)."""
+        return {k: int(len(v)) for k, v in self.indices.items()}
+
+    def labels(self, split: str) -> np.ndarray:
+        """Labels of a split's images, in its order."""
+        idx = self.indices[split]
+        if self._labels is not None:
+            return self._labels[torch.as_tensor(idx)].numpy()
+        return np.asarray([self._folder.samples[i][1] for i in idx], dtype=np.int64)
+
+    def manifest(self) -> dict[str, Any]:
+        """Provenance of the splits: spec, info and a hash of each split's indices."""
+        hashes = {k: hashlib.sha256(np.ascontiguousarray(v, dtype=np.int64).tobytes()).hexdigest()[:16] for k, v in self.indices.items()}
+        info = {k: v for k, v in asdict(self.info).items() if k != "class_names"}
+        return {"spec": self.spec.to_dict(), "info": info, "sizes": self.sizes, "steps_per_epoch": self.steps_per_epoch, "index_sha256": hashes}
+
+    # -- training
+
+    def train_batches(self, epoch: int, start_step: int = 0, rank: int = 0, world_size: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Augmented, shuffled (x, y) batches of an epoch from start_step; this rank's slice of each global batch."""
+        lo, hi = shard_bounds(self.spec.batch_size, rank, world_size)
+        if not 0 <= start_step <= self.steps_per_epoch:
+            raise DataError(f"start_step {start_step} is outside [0, {self.steps_per_epoch}] steps of the epoch")
+        if self._folder is not None:
+            return self._folder_train(epoch, start_step, rank, world_size)
+        return self._memory_train(epoch, start_step, lo, hi)
+
+    def _memory_train(self, epoch: int, start_step: int, lo: int, hi: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Batches of the in-memory dataset (crop + flip on the uint8 batch, then normalise)."""
+        b, spec, train = self.spec.batch_size, self.spec, self.indices["train"]
+        perm = epoch_permutation(len(train), spec.seed, epoch)
+        pad = PAD[self.info.name]
+        for step in range(start_step, self.steps_per_epoch):
+            idx = torch.as_tensor(train[perm[step * b + lo : step * b + hi]])
+            x = self._images[idx]
+            if spec.augment:
+                dy, dx, flip = augment_params(spec.seed, epoch, step, b, pad)
+                x = crop_flip(x, dy[lo:hi], dx[lo:hi], flip[lo:hi], pad)
+            yield self._norm(x), self._labels[idx]
+
+    def _folder_train(self, epoch: int, start_step: int, rank: int, world_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Batches of the ImageFolder through a DataLoader and the step sampler."""
+        spec = self.spec
+        tf = self._train_tf if spec.augment else self._eval_tf
+        sampler = StepSampler(self.indices["train"], spec.batch_size, spec.seed, epoch, start_step, rank, world_size)
+        loader = torch.utils.data.DataLoader(
+            _SeededImages(self._folder, tf),
+            batch_size=spec.batch_size // world_size,
+            sampler=sampler,
+            num_workers=spec.num_workers,
+            drop_last=True,
+            generator=torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch),
+            persistent_workers=False,
+        )
+        return _to_channels_last(iter(loader), spec.channels_last)
+
+    # -- evaluation (no augmentation, no shuffle)
+
+    def _eval(self, split: str, batch_size: int | None, rank: int, world_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Fixed-order batches of a split."""
+        bs = batch_size or self.spec.batch_size
+        indices = self.indices[split]
+        if self._folder is not None:
+            return _folder_eval(self._folder, self._eval_tf, indices, bs, rank, world_size, self.spec)
+        return self._memory_eval(indices, bs, rank, world_size)
+
+    def _memory_eval(self, indices: np.ndarray, bs: int, rank: int, world_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Normalised, unaugmented in-memory batches."""
+        for chunk in _eval_chunks(indices, bs, rank, world_size):
+            idx = torch.as_tensor(chunk)
+            yield self._norm(self._images[idx]), self._labels[idx]
+
+    def search_val_batches(self, batch_size: int | None = None, rank: int = 0, world_size: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The held-out search-validation images (scores the greedy baseline), fixed order, no augmentation."""
+        return self._eval("search_val", batch_size, rank, world_size)
+
+    def calibration_batches(self, batch_size: int | None = None, rank: int = 0, world_size: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Training images for BatchNorm recalibration, fixed (seeded, class-mixed) order, no augmentation."""
+        return self._eval("calibration", batch_size, rank, world_size)
+
+
+def _folder_eval(folder: Any, tf: Callable, indices: np.ndarray, bs: int, rank: int, world_size: int, spec: DataSpec) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Fixed-order ImageFolder evaluation batches through a DataLoader."""
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise DataError(f"rank {rank} is not in [0, world_size = {world_size})")
+    loader = torch.utils.data.DataLoader(
+        _SeededImages(folder, tf),
+        batch_size=bs,
+        sampler=[int(i) for i in indices[rank::world_size]],
+        num_workers=spec.num_workers,
+        shuffle=False,
+    )
+    return _to_channels_last(iter(loader), spec.channels_last)
+
+
+def load(spec: DataSpec) -> Splits:
+    """Check and split the training set of a dataset (the test split is not read)."""
+    root = spec.resolved_root
+    if spec.name == "imagefolder":
+        info = _imagefolder_info(root, spec.image_size)
+        train, _ = _imagefolder_pair(str(root.resolve()))
+        return Splits(spec, info, split_indices(info.n_train, spec), None, None, folder=train)
+    if spec.name == "fashion_mnist":
+        x, y = _fmnist_arrays(root, "train", spec.download)
+        info = _fmnist_info(root, spec.download)
+    else:
+        x, y = _cifar_arrays(root, True, spec.download)
+        info = _cifar_info(root, spec.download)
+    return Splits(spec, info, split_indices(len(x), spec), x, y)
+
+
+def test_batches(spec: DataSpec, batch_size: int | None = None, rank: int = 0, world_size: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The official test split, fixed order, no augmentation: for the final evaluation only."""
+    root = spec.resolved_root
+    bs = batch_size or spec.batch_size
+    if spec.name == "imagefolder":
+        info = _imagefolder_info(root, spec.image_size)
+        _, val = _imagefolder_pair(str(root.resolve()))
+        _, tf = _imagefolder_transforms(info.height, info.mean, info.std)
+        return _folder_eval(val, tf, np.arange(len(val)), bs, rank, world_size, spec)
+    if spec.name == "fashion_mnist":
+        x, y = _fmnist_arrays(root, "test", spec.download)
+    else:
+        x, y = _cifar_arrays(root, False, spec.download)
+    norm = _Normalize(*MEAN_STD[spec.name], spec.channels_last)
+
+    def gen() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Yield the normalised test batches."""
+        for chunk in _eval_chunks(np.arange(len(x)), bs, rank, world_size):
+            idx = torch.as_tensor(chunk)
+            yield norm(x[idx]), y[idx]
+
+    return gen()
+
+
+test_batches.__test__ = False  # not a pytest test despite its name
+
+
+def test_size(spec: DataSpec) -> int:
+    """Number of images of the official test split."""
+    return dataset_info(spec.name, spec.root, spec.download, spec.image_size).n_test
+
+
+test_size.__test__ = False
+
+
+def first_images(batches, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first n (images, labels) of a batch iterator; a clear error if the split holds fewer."""
+    xs, ys, got = [], [], 0
+    for x, y in batches:
+        xs.append(x)
+        ys.append(y)
+        got += len(y)
+        if got >= n:
+            break
+    x, y = torch.cat(xs)[:n], torch.cat(ys)[:n]
+    if len(y) < n:
+        raise ValueError(f"asked for {n} images but the split holds {len(y)}; lower greedy.n_eval / greedy.n_cal "
+                         f"or raise data.search_val / data.calibration")
+    return x.contiguous(), y

@@ -1,0 +1,121 @@
+"""The results of a device (§7, Fig. pareto) as pure functions: intervals, Pareto flags, the joined table, proxies.
+
+Per finalist (method × target) the decision's predicted latency, the device measurement (corrected to
+the LUT's reference baseline), the retrained top-1 with its Wilson interval (one seed) or t-interval
+over seeds, and the supernet proxies are joined into one row (docs/method.md D24, D25); the proxy
+check of §3 assumption 1 uses Kendall τ. Numpy and scipy only; the stage reads and writes the files.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+
+def wilson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion k/n (scipy's binomtest)."""
+    from scipy.stats import binomtest
+
+    if n <= 0 or not 0 <= k <= n:
+        raise ValueError(f"need 0 ≤ k ≤ n and n > 0, got k={k}, n={n}")
+    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean ± 95 % t-interval over seeds (two or more): (low, high, sample standard deviation)."""
+    from scipy.stats import t
+
+    accs = np.asarray(values)
+    std = float(accs.std(ddof=1))
+    half = float(t.ppf(0.975, len(accs) - 1)) * std / math.sqrt(len(accs))
+    return float(accs.mean()) - half, float(accs.mean()) + half, std
+
+
+def pareto_optimal(latency: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    """Points no other point dominates (no slower-or-equal latency with strictly better accuracy, or vice versa)."""
+    n = len(latency)
+    keep = np.ones(n, bool)
+    for i in range(n):
+        better = (latency <= latency[i]) & (acc >= acc[i]) & ((latency < latency[i]) | (acc > acc[i]))
+        keep[i] = not better.any()
+    return keep
+
+
+def join_results(device: str, measure_rows: Sequence[Mapping[str, Any]],
+                 runs: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
+                 proxies: Mapping[tuple[str, str], Mapping[str, Any]],
+                 macs_of: Callable[[Sequence[int]], float]) -> list[dict[str, Any]]:
+    """One row per measured finalist (§7): measurement, retrained accuracy (mean over seeds), proxies, Pareto flag.
+
+    `runs` and `proxies` are keyed by (method, target); the stage has checked that every measured finalist
+    has runs of its channels. `macs_of(channels)` gives a network's MACs (devices.flops.network_macs).
+    """
+    rows = []
+    for m in measure_rows:
+        key = (m["method"], m["target"])
+        rs = runs[key]
+        accs = np.array([r["test_acc"] for r in rs])
+        if len(rs) == 1:
+            lo, hi, std = rs[0]["test_acc_low"], rs[0]["test_acc_high"], float("nan")
+        else:  # several seeds: mean ± t-interval over seeds
+            lo, hi, std = t_interval(accs)
+        p = proxies.get(key, {})
+        rows.append({
+            "method": m["method"], "device": device, "target": m["target"], "target_ms": m["target_ms"],
+            "unit": m["unit"], "channels": list(m["channels"]), "mmacs": macs_of(m["channels"]) / 1e6,
+            "predicted_ms": m["predicted_ms"], "measured_ms": m["measured_ms"],
+            "measured_ms_min": m["measured_ms_min"], "measured_ms_max": m["measured_ms_max"],
+            "meets_target_predicted": m["meets_target_predicted"], "meets_target_measured": m["meets_target_measured"],
+            "seeds": len(rs), "test_acc": float(accs.mean()), "test_acc_low": lo, "test_acc_high": hi,
+            "test_acc_std": std, "test_n": int(rs[0]["test_n"]),
+            "sum_delta": p.get("sum_delta", float("nan")), "supernet_acc": p.get("supernet_acc", float("nan")),
+        })
+    lat = np.array([r["measured_ms"] for r in rows])
+    acc = np.array([r["test_acc"] for r in rows])
+    for r, k in zip(rows, pareto_optimal(lat, acc) if rows else []):
+        r["pareto_optimal"] = bool(k)
+    return rows
+
+
+def kendall(score: Sequence[float], acc: Sequence[float]) -> tuple[float, float]:
+    """Kendall τ-b between a proxy and retrained accuracy (scipy), and its p-value; NaN if undefined."""
+    from scipy.stats import kendalltau
+
+    s, a = np.asarray(score, float), np.asarray(acc, float)
+    ok = np.isfinite(s) & np.isfinite(a)
+    if ok.sum() < 3:
+        return float("nan"), float("nan")
+    res = kendalltau(s[ok], a[ok])
+    return float(res.statistic), float(res.pvalue)
+
+
+def proxy_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The proxy check (§3 assumption 1): −Σδ and supernet accuracy vs retrained accuracy, with Kendall τ."""
+    out = []
+    acc = [r["test_acc"] for r in rows]
+    for name, scores in (("-sum_delta", [-r["sum_delta"] for r in rows]),
+                         ("supernet_acc", [r["supernet_acc"] for r in rows])):
+        tau, p = kendall(scores, acc)
+        out += [{"proxy": name, "method": r["method"], "target": r["target"], "score": s, "test_acc": r["test_acc"],
+                 "kendall_tau": tau, "p_value": p, "n": len(rows)} for r, s in zip(rows, scores)]
+    return out
+
+
+def configuration_rows(rows: Sequence[Mapping[str, Any]], space) -> list[dict[str, Any]]:
+    """Found widths relative to the base network's (Fig. found configurations)."""
+    base = space.base[:-1]
+    return [{"method": r["method"], "target": r["target"], "layer": i, "width": int(w), "base_width": int(b),
+             "ratio": int(w) / int(b)} for r in rows for i, (w, b) in enumerate(zip(r["channels"], base))]
+
+
+def training_rows(rows_by_run: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Per-epoch supernet training metrics of the OWS run and each AOWS run (rows of their train_metrics files)."""
+    out = []
+    for run, rows in rows_by_run.items():
+        for r in rows:
+            out.append({"run": run, **{k: r[k] for k in ("epoch", "sampling", "loss_max", "loss_min", "loss_random",
+                                                          "train_acc_max", "temperature", "images_per_s")}})
+    return out

@@ -1,0 +1,383 @@
+"""The LUT fit of §4 (eq. linear_lat + a soft monotonicity prior), solved by OSQP; cvxpy as a reference.
+
+    min_x ‖A x − l‖² + λ ‖max(V x, 0)‖₁ + ρ ‖x‖²   subject to x ≥ 0      (docs/method.md D5, D7)
+
+It is solved in a sparse *residual form* (never forming the dense Gram AᵀA): with residuals
+r = A x − l and hinge slacks s,
+
+    min_{x,r,s} rᵀr + λ 1ᵀs + ρ xᵀx   s.t.  A x − r = l,  V x − s ≤ 0,  s ≥ 0,  x ≥ 0.
+
+λ enters only the linear term q; each λ of the grid is one independent cold solve (see `fit_osqp`).
+Latencies are divided by their median before the solve, so the grid DEFAULT_LAMBDAS and the ridge
+(DEFAULT_RIDGE times the mean diagonal of AᵀA) are dimensionless; FitResult.lam reports λ in ms units
+(λ_ms = λ_rel · median(l)). λ is chosen on held-out networks (lambda_val) only; outliers: D8.
+osqp and cvxpy are imported inside the functions that use them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..space import SearchSpace
+from .lut import (LUTFitError, _missing_message, check_coverage, design_matrix, monotonicity_matrix,
+                  observation_counts)
+from .metrics import latency_metrics
+
+# λ grid in relative units (l divided by its median): 0 (no prior) and a log grid 1e-4 … 1e1.
+DEFAULT_LAMBDAS: tuple[float, ...] = (0.0, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+# Ridge ρ relative to the mean curvature of the data term (mean diagonal of AᵀA).
+DEFAULT_RIDGE: float = 1e-6
+# A prior inequality counts as violated when (V x)_k exceeds this fraction of median(l) (above solver tolerance).
+VIOLATION_TOL: float = 1e-4
+# OSQP settings, tuned at paper scale (bench/bench_lut_fit.py; 1612 variables, 9500 networks). The KKT
+# factor is dense on the x block (every pair of layers co-occurs, so AᵀA's pattern fills in, ~1.4M
+# nonzeros): MKL Pardiso (`osqp_algebra`) factorises it in ~0.2 s and an ADMM iteration costs ~2 ms.
+# eps 2e-4 keeps whole-network predictions within ~5e-4 (relative) of the exact optimum — far below
+# timing noise; rho = 10 suits the median-scaled problem (50–250 iterations per λ); adaptive rho waits
+# 500 iterations because every rho update refactorises; the duality-gap test and polishing are off
+# (polishing never succeeded at paper scale and costs a factorisation).
+OSQP_SETTINGS: dict[str, Any] = dict(
+    eps_abs=2e-4,
+    eps_rel=2e-4,
+    check_termination=5,
+    rho=10.0,
+    adaptive_rho=True,
+    adaptive_rho_interval=500,
+    check_dualgap=False,
+    polishing=False,
+    max_iter=100_000,
+    scaling=10,
+    verbose=False,
+    warm_starting=False,
+)
+
+
+# ---- the fit (§4 eq. linear_lat + soft monotonicity prior) --------------------------------------
+def osqp_algebra() -> str:
+    """OSQP's MKL algebra (Pardiso: supernodal, threaded) when installed, else its builtin QDLDL.
+
+    Every pair of layers co-occurs in some profiled network, so the factor is dense on the
+    variables' block; Pardiso factorises and solves it several times faster than QDLDL.
+    `osqp-mkl` links `libiomp5.so` and `libmkl_rt.so.2` (pip's `intel-openmp` and `mkl` < 2026),
+    which pip puts in the environment's lib/ folder, off the loader's path: they are loaded here.
+    """
+    import ctypes
+    import glob
+    import os
+    import sys
+
+    import osqp
+
+    if "mkl" not in osqp.algebras_available():
+        for prefix in dict.fromkeys([sys.prefix, sys.base_prefix]):
+            for name in ("libiomp5.so", "libmkl_rt.so.2"):
+                for lib in glob.glob(os.path.join(prefix, "lib", name)):
+                    try:
+                        ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                    except OSError:
+                        pass
+    if "mkl" not in osqp.algebras_available():
+        return "builtin"
+    # One MKL thread: Pardiso's threaded factorisation differs run to run in the last bits (seen
+    # here: 2e-11), and table entries must be reproducible; a second thread gained only ~15 %.
+    try:
+        ctypes.CDLL("libmkl_rt.so.2").MKL_Set_Num_Threads(1)
+    except (OSError, AttributeError):
+        pass
+    return "mkl"
+
+
+@dataclass
+class FitResult:
+    """One solve of min ‖Ax − l‖² + λ‖max(Vx, 0)‖₁ + ρ‖x‖², x ≥ 0 (§4); x and lam in the units of l (ms)."""
+
+    x: np.ndarray
+    lam: float  # λ in the units of the unscaled objective (l in ms): lam_rel · scale
+    lam_rel: float  # λ as given, in units of the scaled problem (l / median(l))
+    status: str
+    iterations: int
+    solve_s: float  # wall time of this λ's solve; the first λ of a grid also carries OSQP's setup
+    n_violated: int  # prior inequalities with (V x)_k > VIOLATION_TOL · median(l)
+    objective: float  # unscaled objective ‖Ax − l‖² + lam·‖max(Vx, 0)‖₁ + ρ_abs‖x‖² at x (ms²)
+    scale: float  # median(l) used to scale the problem
+    polished: bool  # OSQP polishing succeeded (off by default)
+
+
+def _scale_of(l: np.ndarray) -> float:
+    s = float(np.median(np.abs(l)))
+    if not np.isfinite(s) or s <= 0:
+        s = float(np.mean(np.abs(l)))
+    if not np.isfinite(s) or s <= 0:
+        raise LUTFitError("all measured latencies are zero or not finite; nothing to fit")
+    return s
+
+
+def _ridge_abs(A: sp.spmatrix, ridge: float) -> float:
+    """ρ_abs = `ridge` × mean diagonal of AᵀA (without forming AᵀA); the same coefficient in scaled and ms units."""
+    return float(ridge) * float(A.multiply(A).sum()) / A.shape[1]
+
+
+def objective(A: sp.spmatrix, l: np.ndarray, V: sp.spmatrix, x: np.ndarray, lam: float, ridge_abs: float) -> float:
+    """Value of ‖Ax − l‖² + λ‖max(Vx, 0)‖₁ + ρ‖x‖² (§4 fit objective) in whatever units A, l, x, λ, ρ are given."""
+    r = A @ x - l
+    return float(r @ r + lam * np.maximum(V @ x, 0).sum() + ridge_abs * (x @ x))
+
+
+def _check_inputs(A: sp.spmatrix, l: np.ndarray, V: sp.spmatrix, space: SearchSpace | None) -> tuple[sp.csr_matrix, np.ndarray, sp.csr_matrix]:
+    A = sp.csr_matrix(A, dtype=np.float64)
+    V = sp.csr_matrix(V, dtype=np.float64)
+    l = np.asarray(l, dtype=np.float64).ravel()
+    if A.shape[0] != len(l):
+        raise ValueError(f"A has {A.shape[0]} rows but l has {len(l)} latencies")
+    if V.shape[1] != A.shape[1]:
+        raise ValueError(f"V has {V.shape[1]} columns but A has {A.shape[1]} variables")
+    if space is not None and A.shape[1] != space.n_variables:
+        raise ValueError(f"A has {A.shape[1]} columns; space {space.name!r} has {space.n_variables} variables")
+    if not np.all(np.isfinite(l)):
+        raise LUTFitError(f"{int(np.sum(~np.isfinite(l)))} measured latencies are not finite")
+    if len(l) == 0:
+        raise LUTFitError("no measured networks to fit")
+    n_obs = observation_counts(A)
+    missing = np.flatnonzero(n_obs == 0)
+    if len(missing):
+        raise LUTFitError(_missing_message(space, missing, A.shape[1]))
+    return A, l, V
+
+
+def fit_osqp(
+    A: sp.spmatrix,
+    l: np.ndarray,
+    V: sp.spmatrix,
+    lambdas: Sequence[float] = DEFAULT_LAMBDAS,
+    ridge: float = DEFAULT_RIDGE,
+    space: SearchSpace | None = None,
+    **osqp_settings: Any,
+) -> list[FitResult]:
+    """Solve §4's min ‖Ax − l‖² + λ‖max(Vx, 0)‖₁ + ρ‖x‖², x ≥ 0 for each λ (relative units), one cold OSQP solve each."""
+    import osqp
+
+    A, l, V = _check_inputs(A, l, V, space)
+    lambdas = [float(v) for v in lambdas]
+    if not lambdas or any(not np.isfinite(v) or v < 0 for v in lambdas):
+        raise ValueError(f"lambdas must be a non-empty list of finite values ≥ 0; got {lambdas}")
+    P_rows, n = A.shape
+    K = V.shape[0]
+    scale = _scale_of(l)
+    ls = l / scale
+    rho = _ridge_abs(A, ridge)
+
+    # z = (x, r, s); ½ zᵀ H z + qᵀ z with H = diag(2ρ, 2, 0)
+    H = sp.diags(np.concatenate([np.full(n, 2.0 * rho), np.full(P_rows, 2.0), np.zeros(K)]), format="csc")
+    C = sp.vstack(
+        [
+            sp.hstack([A, -sp.identity(P_rows), sp.csr_matrix((P_rows, K))]),
+            sp.hstack([V, sp.csr_matrix((K, P_rows)), -sp.identity(K)]),
+            sp.hstack([sp.identity(n), sp.csr_matrix((n, P_rows + K))]),
+            sp.hstack([sp.csr_matrix((K, n + P_rows)), sp.identity(K)]),
+        ],
+        format="csc",
+    )
+    inf = np.inf
+    lo = np.concatenate([ls, np.full(K, -inf), np.zeros(n), np.zeros(K)])
+    hi = np.concatenate([ls, np.zeros(K), np.full(n, inf), np.full(K, inf)])
+    settings = {**OSQP_SETTINGS, **osqp_settings}
+
+    def q_of(lam_rel: float) -> np.ndarray:
+        return np.concatenate([np.zeros(n + P_rows), np.full(K, lam_rel)])
+
+    algebra = osqp_algebra()
+    results: list[FitResult] = []
+    for lam_rel in lambdas:
+        # One independent, cold solve per λ: OSQP scales the problem with the λ's own cost vector and
+        # starts from the initial rho. (Reusing one factorisation through update(q=...) converged
+        # 3-10× slower here, which cost more than the repeated setup.)
+        t0 = time.perf_counter()
+        solver = osqp.OSQP(algebra=algebra)
+        solver.setup(H, q_of(lam_rel), C, lo, hi, **settings)
+        res = solver.solve(raise_error=False)
+        solve_s = time.perf_counter() - t0
+        status = str(res.info.status)
+        if res.info.status_val != osqp.SolverStatus.OSQP_SOLVED:
+            raise LUTFitError(
+                f"OSQP did not solve the latency fit for λ = {lam_rel:g} (relative; {lam_rel * scale:g} in ms): "
+                f"status {status!r} after {res.info.iter} iterations"
+            )
+        x = np.maximum(np.asarray(res.x[:n], dtype=np.float64), 0.0) * scale
+        n_viol = int(np.sum(V @ x > VIOLATION_TOL * scale))
+        results.append(
+            FitResult(
+                x=x,
+                lam=lam_rel * scale,
+                lam_rel=lam_rel,
+                status=status,
+                iterations=int(res.info.iter),
+                solve_s=solve_s,
+                n_violated=n_viol,
+                objective=objective(A, l, V, x, lam_rel * scale, rho),
+                scale=scale,
+                polished=int(res.info.status_polish) == 1,
+            )
+        )
+    return results
+
+
+def fit_cvxpy(
+    A: sp.spmatrix, l: np.ndarray, V: sp.spmatrix, lam: float, ridge: float = DEFAULT_RIDGE, solver: str = "SCS", **solver_opts: Any
+) -> FitResult:
+    """Reference: the same §4 objective (same scaling, λ relative) through cvxpy's generic modelling (baseline, cross-check)."""
+    import cvxpy as cp
+
+    A, l, V = _check_inputs(A, l, V, None)
+    scale = _scale_of(l)
+    ls = l / scale
+    rho = _ridge_abs(A, ridge)
+    x = cp.Variable(A.shape[1], nonneg=True)
+    obj = cp.sum_squares(A @ x - ls) + lam * cp.sum(cp.pos(V @ x)) + rho * cp.sum_squares(x)
+    prob = cp.Problem(cp.Minimize(obj))
+    t0 = time.perf_counter()
+    prob.solve(solver=solver, **solver_opts)
+    solve_s = time.perf_counter() - t0
+    if prob.status != cp.OPTIMAL:
+        raise LUTFitError(f"{solver} did not solve the latency fit for λ = {lam:g}: status {prob.status!r}")
+    xs = np.maximum(np.asarray(x.value, dtype=np.float64), 0.0) * scale
+    stats = prob.solver_stats
+    return FitResult(
+        x=xs,
+        lam=lam * scale,
+        lam_rel=lam,
+        status=str(prob.status),
+        iterations=int(stats.num_iters or 0),
+        solve_s=solve_s,
+        n_violated=int(np.sum(V @ xs > VIOLATION_TOL * scale)),
+        objective=objective(A, l, V, xs, lam * scale, rho),
+        scale=scale,
+        polished=False,
+    )
+
+
+def lambda_scan(
+    A_tr: sp.spmatrix,
+    l_tr: np.ndarray,
+    A_val: sp.spmatrix,
+    l_val: np.ndarray,
+    V: sp.spmatrix,
+    lambdas: Sequence[float] = DEFAULT_LAMBDAS,
+    ridge: float = DEFAULT_RIDGE,
+    space: SearchSpace | None = None,
+    **osqp_settings: Any,
+) -> tuple[int, list[FitResult], list[dict[str, Any]]]:
+    """Fit §4's objective over the λ grid on train; pick the λ of least lambda_val RMSE; rows of the "lut_fit" schema."""
+    results = fit_osqp(A_tr, l_tr, V, lambdas, ridge=ridge, space=space, **osqp_settings)
+    rows = [scan_row(f, A_tr, l_tr, A_val, l_val) for f in results]
+    best = int(np.argmin([r["val_rmse_ms"] for r in rows]))  # first minimum: ties go to the earlier grid entry
+    rows[best]["chosen"] = True
+    return best, results, rows
+
+
+# Floor of the robust residual spread: residuals within a few 0.1 % are never outliers (solver tolerance,
+# exactly additive devices such as flops).
+MIN_OUTLIER_SIGMA = 1e-3
+
+
+def scan_row(
+    f: FitResult, A_tr: sp.spmatrix, l_tr: np.ndarray, A_val: sp.spmatrix, l_val: np.ndarray, chosen: bool = False
+) -> dict[str, Any]:
+    """A row of the "lut_fit" report: train and lambda_val errors of one fit."""
+    mt = latency_metrics(A_tr @ f.x, np.asarray(l_tr, dtype=np.float64), tau=False)
+    mv = latency_metrics(A_val @ f.x, np.asarray(l_val, dtype=np.float64), tau=False)
+    return {
+        "lam": f.lam,
+        "train_rmse_ms": mt["rmse_ms"],
+        "train_nrmse": mt["nrmse"],
+        "val_rmse_ms": mv["rmse_ms"],
+        "val_nrmse": mv["nrmse"],
+        "val_mape": mv["mape"],
+        "n_violated": f.n_violated,
+        "solve_s": f.solve_s,
+        "iterations": f.iterations,
+        "status": f.status,
+        "chosen": chosen,
+    }
+
+
+def exact_result(x: np.ndarray) -> FitResult:
+    """A known table (an analytic device's) in the form of a fit result: nothing was solved."""
+    return FitResult(x=np.asarray(x, dtype=np.float64), lam=0.0, lam_rel=0.0, status="exact", iterations=0, solve_s=0.0,
+                     n_violated=0, objective=float("nan"), scale=1.0, polished=False)
+
+
+def robust_lambda_scan(
+    A_tr: sp.spmatrix,
+    l_tr: np.ndarray,
+    A_val: sp.spmatrix,
+    l_val: np.ndarray,
+    V: sp.spmatrix,
+    lambdas: Sequence[float] = DEFAULT_LAMBDAS,
+    ridge: float = DEFAULT_RIDGE,
+    threshold: float = 4.0,
+    max_rounds: int = 3,
+    space: SearchSpace | None = None,
+) -> tuple[int, list[FitResult], list[dict[str, Any]], np.ndarray]:
+    """`lambda_scan` with outlier rejection: refit without networks whose relative residual exceeds
+    `threshold` robust standard deviations (1.4826·MAD), recomputed on all rows each round.
+
+    A network timed during a burst of interference on a shared machine is off by tens of percent,
+    and least squares spreads that error over every variable it uses. A row that is the only
+    observation of some variable is always kept. Returns the scan of the last round and the mask of
+    kept rows; threshold ≤ 0 disables rejection.
+    """
+    l_tr = np.asarray(l_tr, dtype=np.float64)
+    A_tr = sp.csr_matrix(A_tr)
+    keep = np.ones(len(l_tr), dtype=bool)
+    for _ in range(max_rounds):
+        best, results, rows = lambda_scan(A_tr[keep], l_tr[keep], A_val, l_val, V, lambdas, ridge=ridge, space=space)
+        if threshold <= 0:
+            break
+        rel = (A_tr @ results[best].x - l_tr) / l_tr
+        dev = np.abs(rel - np.median(rel))
+        sigma = 1.4826 * np.median(dev)
+        new = dev <= threshold * max(sigma, MIN_OUTLIER_SIGMA)
+        uncovered = observation_counts(A_tr[new]) == 0
+        if uncovered.any():
+            new |= (A_tr[:, np.flatnonzero(uncovered)].getnnz(axis=1) > 0)
+        if np.array_equal(new, keep):
+            break
+        keep = new
+    return best, results, rows, keep
+
+
+def fit_table(
+    space: SearchSpace,
+    sets: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    lut_cfg: Mapping[str, Any],
+    exact: np.ndarray | None = None,
+) -> tuple[int, list[FitResult], list[dict[str, Any]], np.ndarray, np.ndarray]:
+    """Fit the LUT on the train set, λ chosen on lambda_val (§4 eq. linear_lat); `exact`: an analytic device's known table.
+
+    `sets` is `lut.split_sets(...)`; returns (best, results, lut_fit rows, kept train rows, n_obs of the kept rows).
+    """
+    idx_tr, l_tr, _ = sets["train"]
+    idx_val, l_val, _ = sets["lambda_val"]
+    A_tr = design_matrix(space, idx_tr)
+    A_val = design_matrix(space, idx_val)
+    V = monotonicity_matrix(space)
+    n_obs = observation_counts(A_tr)
+    check_coverage(space, n_obs)
+    if exact is not None:
+        # FLOPs decompose exactly over layers (§7.2): the table is known, nothing to fit; the λ scan
+        # report still says how well it reproduces the profiled networks.
+        fit = exact_result(exact)
+        best, results, rows = 0, [fit], [scan_row(fit, A_tr, l_tr, A_val, l_val, chosen=True)]
+        keep = np.ones(len(l_tr), dtype=bool)
+    else:
+        best, results, rows, keep = robust_lambda_scan(
+            A_tr, l_tr, A_val, l_val, V, lut_cfg["lambdas"], ridge=lut_cfg["ridge"],
+            threshold=lut_cfg["outlier_threshold"],
+        )
+    n_obs = observation_counts(A_tr[keep])
+    return best, results, rows, keep, n_obs

@@ -1,0 +1,281 @@
+"""Slimmable MobileNet-v1 supernet (§3, §5): one set of max-width weights serves every configuration.
+
+A configuration uses the first c_i channels of every layer i; parameter names and shapes are those
+of `nets.mobilenet.MobileNetV1(space, space.max_config)`. `forward(x)` runs the max configuration,
+`forward(x, widths)` runs per-sample widths (a (B, n_layers) tensor of channel counts, see
+`widths_tensor`) with every conv+BN+ReLU unit masked — the depthwise unit too (docs/method.md, D10) —
+and train-mode BatchNorm on masked batch statistics (`MaskedBNReLU`); `forward_sliced(x, channels)`
+runs one configuration as a genuinely small network. Only the max configuration updates the BN
+running statistics unless `update_stats=True`. Memory format: `channels_last=True` keeps 4-d weights
+in channels_last (bench/bench_supernet.py).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..space import SearchSpace, check_mobilenet_chain
+from .mobilenet import MobileNetV1, edge_layers
+
+
+def widths_tensor(space: SearchSpace, idx, device=None) -> torch.Tensor:
+    """(B, n_layers) int64 channel counts from choice indices of shape (B, n+1) (sampler output) or (B, n_layers)."""
+    idx = np.asarray(idx, dtype=np.int64)
+    if idx.ndim != 2:
+        raise ValueError(f"choice indices must be 2-d (B, n_layers) or (B, n+1), got shape {idx.shape}")
+    idx = space.layer_columns(idx)  # (B, n+1) chain nodes → (B, n_layers)
+    out = np.empty_like(idx)
+    for i, ch in enumerate(space.layer_choices):
+        col = idx[:, i]
+        if col.size and (col.min() < 0 or col.max() >= len(ch)):
+            raise ValueError(f"choice index out of range at layer {i}: allowed 0..{len(ch) - 1}")
+        out[:, i] = np.asarray(ch, dtype=np.int64)[col]
+    return torch.as_tensor(out, device=device)
+
+
+def masked_batch_stats(z: torch.Tensor, m: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-channel mean, 1/std and element count of z (B, C, H, W) over the samples whose mask m (B, C) is 1.
+
+    Per-(sample, channel) sums of z and z² (fast inner reductions in either memory format; var_mean
+    over (H, W) is an order of magnitude slower on CPU), combined over active samples in float64.
+    """
+    hw = z.shape[2] * z.shape[3]
+    s1 = z.sum((2, 3)).double()
+    s2 = (z * z).sum((2, 3)).double()
+    md = m.to(torch.float64)
+    n = md.sum(0) * hw
+    nz = n.clamp_min(1.0)
+    mean = (s1 * md).sum(0) / nz
+    var = ((s2 * md).sum(0) / nz - mean * mean).clamp_min(0.0)  # biased, as BatchNorm normalises
+    return mean.to(z.dtype), torch.rsqrt(var + eps).to(z.dtype), n.to(z.dtype)
+
+
+class MaskedBNReLU(torch.autograd.Function):
+    """relu(BN(z)) · m with batch statistics over the active samples of each channel (train mode, §5, D10).
+
+    Channel c of sample b is active iff m[b, c] = 1. Mean and variance of channel c use only active
+    samples, so an inactive sample influences nothing; its output is exactly 0 and its gradient 0.
+    The mask is folded into per-(sample, channel) scale and shift (relu(0·z + 0) = 0), so the
+    forward is one fused multiply-add and a ReLU. Analytic backward (BatchNorm's, restricted to
+    active samples), checked by gradcheck.
+    """
+
+    @staticmethod
+    def forward(ctx, z, m, weight, bias, eps):
+        B, C = z.shape[:2]
+        mean, invstd, n = masked_batch_stats(z, m, eps)
+        m2 = m.to(z.dtype)
+        scale = weight * invstd
+        shift = bias - mean * scale
+        out = torch.empty_like(z)  # keeps z's memory format (a (B, C, 1, 1) first operand would not)
+        torch.addcmul((shift * m2).view(B, C, 1, 1), z, (scale * m2).view(B, C, 1, 1), out=out).relu_()
+        ctx.save_for_backward(z, m2, out, mean, invstd, weight, n)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        z, m2, out, mean, invstd, weight, n = ctx.saved_tensors
+        B, C = z.shape[:2]
+        g = torch.ops.aten.threshold_backward(grad_out, out, 0)  # through mask and ReLU: out > 0 iff active and y > 0
+        # Σ g·x̂ and Σ g per channel in one fused pass (BatchNorm's own backward reduction); g = 0 on
+        # inactive elements, so both sums run over active elements only.
+        _, sum_gx, sum_g = torch.ops.aten.native_batch_norm_backward(
+            g, z, weight, None, None, mean, invstd, True, 0.0, [False, True, True]
+        )
+        grad_z = None
+        if ctx.needs_input_grad[0]:
+            # dz = m · γ·invstd · (g − Σg/n − x̂ · Σgx̂/n)  =  A·g + m·(Bc·z + Dc)
+            nz = n.clamp_min(1.0)
+            A = weight * invstd
+            a, b = sum_g / nz, sum_gx / nz
+            Bc = -A * invstd * b
+            Dc = A * (mean * invstd * b - a)
+            grad_z = torch.empty_like(z)
+            torch.addcmul((Dc * m2).view(B, C, 1, 1), z, (Bc * m2).view(B, C, 1, 1), out=grad_z)
+            grad_z.addcmul_(g, A.view(1, C, 1, 1))
+        gw = sum_gx if ctx.needs_input_grad[2] else None
+        gb = sum_g if ctx.needs_input_grad[3] else None
+        return grad_z, None, gw, gb, None
+
+
+class SlimmableMobileNetV1(nn.Module):
+    """Max-width MobileNet-v1 whose configurations are front slices (§3), masked per sample (§5) or sliced."""
+
+    def __init__(self, space: SearchSpace, channels_last: bool = False, device=None):
+        super().__init__()
+        check_mobilenet_chain(space)
+        self.space = space
+        self.channels_last = bool(channels_last)
+        full = space.full(space.max_config)
+        self.features = nn.Sequential(
+            *[edge_layers(t, full[i], full[i + 1], True, device) for i, t in enumerate(space.thetas[:-1])]
+        )
+        self.classifier = nn.Linear(full[-2], full[-1], device=device)
+        MobileNetV1.reset_parameters(self)  # the same initialisation as the fixed networks
+        if self.channels_last:
+            self.to(memory_format=torch.channels_last)
+        self._max = [int(c) for c in space.max_config]
+        self._min = [int(c) for c in space.min_config]
+        self._ar: dict[tuple, torch.Tensor] = {}
+
+    # ---- helpers --------------------------------------------------------------------------------
+    @property
+    def max_config(self) -> list[int]:
+        return list(self._max)
+
+    @property
+    def min_config(self) -> list[int]:
+        return list(self._min)
+
+    def _input(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4 or x.shape[1] != self.space.in_channels:
+            raise ValueError(f"input must be (B, {self.space.in_channels}, H, W), got {tuple(x.shape)}")
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+    def _units(self, i: int):
+        """(conv, bn) pairs of edge i, in order."""
+        edge = self.features[i]
+        mods = list(edge)
+        return [(mods[j], mods[j + 1]) for j in range(0, len(mods), 3)]
+
+    def _arange(self, n: int, device) -> torch.Tensor:
+        key = (n, str(device))
+        a = self._ar.get(key)
+        if a is None:
+            a = self._ar[key] = torch.arange(n, device=device)
+        return a
+
+    def _check_widths(self, widths: torch.Tensor, batch: int) -> tuple[torch.Tensor, list[int]]:
+        """Validated widths and the batch's largest width of every layer."""
+        L = self.space.n_layers
+        if not isinstance(widths, torch.Tensor):
+            widths = torch.as_tensor(np.asarray(widths), dtype=torch.long)
+        if widths.shape != (batch, L):
+            raise ValueError(f"widths must be a (B={batch}, n_layers={L}) tensor of channel counts, got {tuple(widths.shape)}")
+        if widths.dtype.is_floating_point:
+            raise ValueError("widths must be an integer tensor of channel counts")
+        lo, hi = (v.tolist() for v in torch.aminmax(widths, dim=0))
+        for i, (a, b) in enumerate(zip(lo, hi)):
+            if a < 1 or b > self._max[i]:
+                raise ValueError(f"widths at layer {i} must lie in 1..{self._max[i]}, got {a}..{b}")
+        return widths, [int(h) for h in hi]
+
+    # ---- masked per-sample forward (§5) ----------------------------------------------------------
+    def _masked_bn_relu(self, z: torch.Tensor, bn: nn.BatchNorm2d, m: torch.Tensor) -> torch.Tensor:
+        """BN (masked batch statistics in train mode, running ones in eval), ReLU, then zero masked channels."""
+        B, C = z.shape[:2]
+        weight, bias = bn.weight[:C], bn.bias[:C]
+        if self.training:
+            return MaskedBNReLU.apply(z, m, weight, bias, bn.eps)
+        scale = weight * torch.rsqrt(bn.running_var[:C] + bn.eps)
+        shift = bias - bn.running_mean[:C] * scale
+        # z first, so that the result keeps z's memory format; the mask is folded into scale and shift
+        return torch.relu(z * (scale * m).view(B, C, 1, 1) + (shift * m).view(B, C, 1, 1))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        widths: torch.Tensor | None = None,
+        truncate: bool = True,
+        *,
+        channels: Sequence[int] | None = None,
+    ) -> torch.Tensor:
+        """Logits. widths=None: the max configuration; else per-sample masked widths (B, n_layers) channel counts.
+
+        truncate: compute each layer only up to the batch's largest width of that layer (exact: the
+        channels beyond it are zero for every sample). Under uniform sampling the batch maximum is
+        almost always the max width; under AOWS's concentrated sampling it saves real work.
+        channels: run that one configuration sliced (= `forward_sliced(x, channels)`), so that a
+        DistributedDataParallel wrapper, which only routes `forward`, can run every pass.
+        """
+        if channels is not None:
+            if widths is not None:
+                raise ValueError("give per-sample widths or one configuration's channels, not both")
+            return self.forward_sliced(x, channels)
+        x = self._input(x)
+        if widths is None:
+            return self.classifier(self.features(x).mean((2, 3)))
+        widths, hi = self._check_widths(widths, x.shape[0])
+        widths = widths.to(x.device)
+        if not truncate:
+            hi = list(self._max)
+        dtype = x.dtype if x.dtype.is_floating_point else torch.float32
+        m_in = x.new_ones((x.shape[0], self.space.in_channels), dtype=dtype)  # node 0 (fixed input channels)
+        full = [self.space.in_channels, *hi]
+        for i, t in enumerate(self.space.thetas[:-1]):
+            ci, co = full[i], full[i + 1]
+            m_out = (self._arange(co, x.device)[None, :] < widths[:, i : i + 1]).to(dtype)
+            units = self._units(i)
+            if t.kind == "dwsep":
+                (dw, bn1), (pw, bn2) = units
+                # The depthwise unit keeps the input node's channels: mask it with that node's width (D10).
+                z = F.conv2d(x, dw.weight[:ci], None, dw.stride, dw.padding, dw.dilation, ci)
+                x = self._masked_bn_relu(z, bn1, m_in)
+                z = F.conv2d(x, pw.weight[:co, :ci], None, pw.stride, pw.padding, pw.dilation, 1)
+                x = self._masked_bn_relu(z, bn2, m_out)
+            else:
+                (cv, bn), = units
+                z = F.conv2d(x, cv.weight[:co, :ci], None, cv.stride, cv.padding, cv.dilation, 1)
+                x = self._masked_bn_relu(z, bn, m_out)
+            m_in = m_out
+        return F.linear(x.mean((2, 3)), self.classifier.weight[:, : full[-1]], self.classifier.bias)
+
+    # ---- one configuration as a sliced network ---------------------------------------------------
+    def forward_sliced(self, x: torch.Tensor, channels: Sequence[int], update_stats: bool | None = None) -> torch.Tensor:
+        """Logits of one configuration computed by a genuinely sliced small network (train or eval mode BN).
+
+        update_stats (train mode only): update the running statistics' slices; default only for the
+        max configuration.
+        """
+        full = self.space.full(channels)
+        self.space.indices(channels)
+        x = self._input(x)
+        if update_stats is None:
+            update_stats = [int(c) for c in channels] == self._max
+        train = self.training
+        for i, t in enumerate(self.space.thetas[:-1]):
+            ci, co = full[i], full[i + 1]
+            if t.kind == "dwsep":
+                shapes = [(ci, ci, ci), (co, ci, 1)]  # (out, in, groups) of the dw and pw units
+            else:
+                shapes = [(co, ci, 1)]
+            for (conv, bn), (o, n_in, g) in zip(self._units(i), shapes):
+                w = conv.weight[:o] if g > 1 else conv.weight[:o, :n_in]
+                x = F.conv2d(x, w, None, conv.stride, conv.padding, conv.dilation, g)
+                if train:
+                    if update_stats and bn.track_running_stats:
+                        with torch.no_grad():
+                            bn.num_batches_tracked.add_(1)
+                        rm, rv = bn.running_mean[:o], bn.running_var[:o]
+                    else:
+                        rm = rv = None
+                    x = F.batch_norm(x, rm, rv, bn.weight[:o], bn.bias[:o], True, bn.momentum, bn.eps)
+                else:
+                    x = F.batch_norm(x, bn.running_mean[:o], bn.running_var[:o], bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps)
+                x = F.relu(x)
+        return F.linear(x.mean((2, 3)), self.classifier.weight[:, : full[-2]], self.classifier.bias)
+
+    # ---- export ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def subnet_state_dict(self, channels: Sequence[int]) -> dict[str, torch.Tensor]:
+        """State dict of the fixed-width `MobileNetV1(space, channels)`: front slices of weights and BN statistics."""
+        ref = MobileNetV1(self.space, channels, init=False, device="meta").state_dict()
+        own = self.state_dict()
+        out: dict[str, torch.Tensor] = {}
+        for k, v in ref.items():
+            src = own[k]
+            sl = tuple(slice(0, s) for s in v.shape)
+            out[k] = src[sl].clone().contiguous()
+        return out
+
+    def subnet(self, channels: Sequence[int]) -> MobileNetV1:
+        """A fixed-width MobileNetV1 holding this supernet's sliced weights (same device and dtype)."""
+        w = self.classifier.weight
+        net = MobileNetV1(self.space, channels, init=False, device="meta").to_empty(device=w.device).to(w.dtype)
+        net.load_state_dict(self.subnet_state_dict(channels))
+        return net.train(self.training)

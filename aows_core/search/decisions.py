@@ -1,0 +1,65 @@
+"""Decisions (§5): the constrained decode of each target (eq. lagrange) as rows of the decisions contract; Σδ of a configuration."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..space import SearchSpace
+from .chain import Chain, DecodeResult, apply_unvisited
+from .targets import lut_tables, resolve_target
+
+
+def decision_row(
+    space: SearchSpace, result: DecodeResult, *, method: str, device: str, target: str, unit: str, policy: str | None,
+    epoch: int | None,
+) -> dict[str, Any]:
+    """A row of the decisions contract from a chain decode."""
+    return {
+        "method": method,
+        "device": device,
+        "target": target,
+        "target_ms": float(result.target),
+        "unit": unit,
+        "channels": space.channels_of(result.path),
+        "predicted_latency_ms": float(result.latency),
+        "objective": float(result.objective),
+        "gamma": float(result.gamma),
+        "dual_bound": float(result.dual_bound),
+        "gap": float(result.gap),
+        "exact": bool(result.exact),
+        "unvisited_policy": policy,
+        "epoch": epoch,
+    }
+
+
+def decide(
+    space: SearchSpace,
+    unaries: Sequence[np.ndarray],
+    x: np.ndarray,
+    targets: Sequence[str],
+    *,
+    method: str,
+    device: str,
+    unit: str,
+    policy: str = "exclude",
+    exact: bool = True,
+    epoch: int | None = None,
+) -> list[dict[str, Any]]:
+    """Decisions for each target: the constrained optimum of Σδ + γΣL (eq. lagrange; exact mode by default)."""
+    u = apply_unvisited(unaries, policy, widths=space.choices)
+    chain = Chain(u, lut_tables(space, x))
+    rows = []
+    for t in targets:
+        value = resolve_target(t, space, x, unit)
+        rows.append(
+            decision_row(space, chain.decode(value, exact=exact), method=method, device=device, target=t, unit=unit,
+                         policy=policy, epoch=epoch)
+        )
+    return rows
+
+
+def sum_delta(unaries: Sequence[np.ndarray], idx: np.ndarray) -> float:
+    """Σ_i δ_i(c_i) of a configuration's node indices (§5 eq. unaries; NaN if a width was never visited)."""
+    return float(sum(u[int(k)] for u, k in zip(unaries, idx)))

@@ -1,0 +1,245 @@
+"""AOWS adaptive sampling (§6, supplementary B): temperature schedule, energy scale and the sampler.
+
+After the uniform warm-up, each iteration samples the batch's configurations from the relaxed min-sum
+(§6) of E_γ(c) = Σ_i δ_i(c_i) + γ Σ_i L_i(c_i, c_{i+1}) (eq. viterbi), with γ the Lagrange multiplier
+of the constrained decode (eq. lagrange) at the current unaries and target, and T annealed per
+iteration: log-linear through (u, T) = (0, 1), (1/15, 1e-2), (1/3, 1e-3), (1, 5e-4), u = (epochs
+elapsed − W) / (E − W) (supplementary B; docs/method.md D19). T applies to E/s, s the standard
+deviation of E_γ over fixed uniform draws (`temperature_scale`, D18). Sampling "per_node" (default)
+or "joint" (D20). The uniform samplers of the warm-up and of OWS are here too. Numpy only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..space import SearchSpace, pad_nodes
+from .chain import Chain, InfeasibleTarget, Marginals, apply_unvisited, latency_chain
+from .targets import lut_tables
+
+# (u, T) anchors of supplementary B, u = (epochs elapsed − W) / (E − W).
+ANCHORS: tuple[tuple[float, float], ...] = ((0.0, 1.0), (1.0 / 15.0, 1e-2), (1.0 / 3.0, 1e-3), (1.0, 5e-4))
+MODES = ("per_node", "joint")
+
+
+def temperature_at(u: float, anchors: Sequence[tuple[float, float]] = ANCHORS) -> float:
+    """T(u): piecewise log-linear through the anchors, constant beyond the first and last (supp. B)."""
+    us = np.array([a for a, _ in anchors], dtype=np.float64)
+    ts = np.log(np.array([t for _, t in anchors], dtype=np.float64))
+    if (np.diff(us) <= 0).any():
+        raise ValueError("temperature anchors must have increasing u")
+    return float(np.exp(np.interp(float(u), us, ts)))
+
+
+class TemperatureSchedule:
+    """T as a function of (fractional) epochs elapsed, for `warmup` uniform epochs out of `epochs` (supp. B)."""
+
+    def __init__(self, warmup: float, epochs: float, anchors: Sequence[tuple[float, float]] = ANCHORS):
+        if not epochs > warmup >= 0:
+            raise ValueError(f"need epochs > warmup ≥ 0, got warmup={warmup}, epochs={epochs}")
+        self.warmup, self.epochs = float(warmup), float(epochs)
+        self.anchors = tuple((float(u), float(t)) for u, t in anchors)
+        temperature_at(0.0, self.anchors)  # validates
+
+    def u(self, epochs_elapsed: float) -> float:
+        """Progress of the adaptive phase: 0 at the end of warm-up, 1 at the last epoch."""
+        return (float(epochs_elapsed) - self.warmup) / (self.epochs - self.warmup)
+
+    def __call__(self, epochs_elapsed: float) -> float:
+        return temperature_at(self.u(epochs_elapsed), self.anchors)
+
+    def at_step(self, epoch: int, step: int, steps_per_epoch: int) -> float:
+        """T at iteration `step` (0-based) of epoch `epoch` (0-based): epochs elapsed = epoch + step/steps."""
+        return self(epoch + step / float(steps_per_epoch))
+
+
+def uniform_paths(space_or_chain: SearchSpace | Chain, size: int, rng: np.random.Generator) -> np.ndarray:
+    """(size, n+1) choice indices drawn uniformly (the warm-up and OWS sampler); a chain's forbidden choices are avoided."""
+    u = rng.random((int(size), space_or_chain.n_nodes))
+    return _map_uniform(space_or_chain, u)
+
+
+def _map_uniform(obj: SearchSpace | Chain, u: np.ndarray) -> np.ndarray:
+    """Map uniform floats u (P, n+1) to choice indices, uniform over each node's allowed choices."""
+    if isinstance(obj, SearchSpace):
+        counts = np.array([len(c) for c in obj.choices], dtype=np.int64)
+        return np.minimum((u * counts).astype(np.int64), counts - 1)
+    out = np.empty(u.shape, dtype=np.int64)
+    for i, k in enumerate(obj.counts):
+        allowed = np.flatnonzero(obj.allowed[i, :k])
+        out[:, i] = allowed[np.minimum((u[:, i] * allowed.size).astype(np.int64), allowed.size - 1)]
+    return out
+
+
+def temperature_scale(
+    chain: Chain | Sequence[np.ndarray],
+    latency: Sequence[np.ndarray] | None = None,
+    gamma: float = 0.0,
+    rng: np.random.Generator | None = None,
+    n: int = 1000,
+    *,
+    uniforms: np.ndarray | None = None,
+) -> float:
+    """s = standard deviation of E_γ(c) = Σδ + γΣL over n uniform configurations (D18).
+
+    `chain` is a Chain, or node unaries (resolved: no NaN) with `latency` tables. Forbidden choices
+    (+inf unaries) are never drawn. `uniforms` (n, n+1) in [0, 1) fixes the draws (the sampler keeps
+    one set so that s moves only with the unaries). A flat energy (s = 0) gives s = 1: every
+    temperature then yields the uniform distribution anyway.
+    """
+    if not isinstance(chain, Chain):
+        if latency is None:
+            raise ValueError("temperature_scale needs a Chain, or unaries and latency tables")
+        chain = Chain(chain, latency)
+    if uniforms is None:
+        rng = rng if rng is not None else np.random.default_rng(0)
+        uniforms = rng.random((int(n), chain.n_nodes))
+    paths = _map_uniform(chain, uniforms)
+    e = chain.objective(paths) + float(gamma) * chain.latency(paths)
+    s = float(np.std(e))
+    return s if s > 0 and math.isfinite(s) else 1.0
+
+
+def _resolve_nodes(space: SearchSpace, unaries) -> list[np.ndarray]:
+    """Node unaries (n+1 arrays) from an estimator (`node_unaries()`), per-node or per-layer arrays."""
+    if hasattr(unaries, "node_unaries"):
+        u = unaries.node_unaries()
+    else:
+        u = [np.asarray(x, dtype=np.float64).reshape(-1) for x in unaries]
+        if len(u) == space.n_layers:
+            u = pad_nodes(u)
+    if len(u) != space.n_nodes:
+        raise ValueError(f"expected unaries of {space.n_layers} layers or {space.n_nodes} nodes, got {len(u)}")
+    for i, (x, c) in enumerate(zip(u, space.choices)):
+        if x.size != len(c):
+            raise ValueError(f"node {i}: {x.size} unaries for {len(c)} width choices")
+    return u
+
+
+class AOWSSampler:
+    """Per-iteration configuration sampler of AOWS (§6): γ from the constrained decode, marginals at T·s, samples.
+
+    `sample(unaries, temperature, size, rng)` → (size, n+1) choice indices. Each call:
+    1. resolves unvisited widths (NaN δ) with `policy` (chain.apply_unvisited; default "pessimistic",
+       so a width that has not been seen stays reachable, unlike "exclude");
+    2. every `refresh` calls (the first included): γ ← `Chain.decode(target).gamma` at the current
+       unaries, and with scale="auto" s ← `temperature_scale` at that γ (fixed uniform draws);
+    3. marginals of exp(−E_γ/(T·s)) by the relaxed min-sum (`Chain.marginals(γ, T·s)`);
+    4. draws `size` configurations, "per_node" (default) or "joint".
+    `last` records step, γ, T, s, T·s, mode, whether γ was refreshed, and the decoded path's latency
+    and objective; `state_dict()` holds what a resume needs (step, γ, s, the draws' seed).
+    """
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        lut_x: np.ndarray,
+        target_ms: float,
+        policy: str = "pessimistic",
+        mode: str = "per_node",
+        scale: str | float = "auto",
+        refresh: int = 1,
+        n_scale: int = 1000,
+        seed: int = 0,
+    ):
+        if mode not in MODES:
+            raise ValueError(f"unknown sampling mode {mode!r}; valid: {list(MODES)}")
+        if not (scale == "auto" or (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0)):
+            raise ValueError(f"scale must be 'auto' or a positive number, got {scale!r}")
+        if int(refresh) < 1:
+            raise ValueError(f"refresh must be ≥ 1 (steps between γ updates), got {refresh}")
+        apply_unvisited([np.zeros(1)], policy)  # validates the policy name
+        self.space = space
+        self.latency = lut_tables(space, lut_x)
+        self.target = float(target_ms)
+        self.policy = policy
+        self.mode = mode
+        self.scale = scale
+        self.refresh = int(refresh)
+        self.n_scale = int(n_scale)
+        self.seed = int(seed)
+        self._uniforms = np.random.default_rng(self.seed).random((self.n_scale, space.n_nodes))
+        # Fail early on a target below the fastest configuration (D14).
+        latency_chain(self.latency)._check_target(self.target)
+        self.step = 0
+        self.gamma: float | None = None
+        self.s: float | None = None if scale == "auto" else float(scale)
+        self.last: dict[str, Any] = {}
+
+    def chain(self, unaries) -> Chain:
+        """The chain of the current unaries (unvisited widths resolved by the policy) and the LUT."""
+        u = apply_unvisited(_resolve_nodes(self.space, unaries), self.policy, widths=self.space.choices)
+        return Chain(u, self.latency)
+
+    def marginals(self, unaries, temperature: float) -> Marginals:
+        """Relaxed min-sum marginals at T·s for the current unaries (refreshing γ and s when due)."""
+        T = float(temperature)
+        if not (T > 0 and math.isfinite(T)):
+            raise ValueError(f"temperature must be positive and finite, got {temperature}")
+        ch = self.chain(unaries)
+        refreshed = self.gamma is None or self.step % self.refresh == 0
+        info: dict[str, Any] = {}
+        if refreshed:
+            res = ch.decode(self.target)
+            self.gamma = float(res.gamma)
+            info = {"decoded_latency": float(res.latency), "decoded_objective": float(res.objective)}
+            self._decoded = res.path
+            if self.scale == "auto":
+                self.s = temperature_scale(ch, gamma=self.gamma, uniforms=self._uniforms)
+        mg = ch.marginals(self.gamma, T * self.s)
+        self.last = {
+            "step": self.step,
+            "gamma": self.gamma,
+            "temperature": T,
+            "scale": self.s,
+            "effective_temperature": T * self.s,
+            "mode": self.mode,
+            "refreshed": bool(refreshed),
+            **info,
+        }
+        return mg
+
+    def sample(self, unaries, temperature: float, size: int, rng: np.random.Generator) -> np.ndarray:
+        """(size, n+1) choice indices for the next batch (§6 steps 1 and 4 of each iteration)."""
+        mg = self.marginals(unaries, temperature)
+        out = mg.sample(int(size), rng, self.mode)
+        self.step += 1
+        return out
+
+    @property
+    def decoded_path(self) -> np.ndarray | None:
+        """Choice indices of the constrained decode at the last γ refresh."""
+        return getattr(self, "_decoded", None)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "gamma": self.gamma, "s": self.s, "seed": self.seed, "n_scale": self.n_scale,
+                "refresh": self.refresh, "mode": self.mode, "policy": self.policy, "target": self.target}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for k in ("seed", "n_scale", "refresh", "mode", "policy", "target"):
+            if k in state and state[k] != getattr(self, k):
+                raise ValueError(f"sampler state has {k}={state[k]!r}, this sampler {getattr(self, k)!r}")
+        self.step = int(state["step"])
+        self.gamma = None if state["gamma"] is None else float(state["gamma"])
+        self.s = None if state["s"] is None else float(state["s"])
+
+
+def uniform_layer_indices(space: SearchSpace, size: int, rng: np.random.Generator) -> np.ndarray:
+    """(size, n_layers) choice indices, each layer uniform over its widths (§5 per-sample sampling)."""
+    return np.stack([rng.integers(0, len(c), size) for c in space.layer_choices], axis=1)
+
+
+__all__ = [
+    "ANCHORS",
+    "MODES",
+    "AOWSSampler",
+    "InfeasibleTarget",
+    "TemperatureSchedule",
+    "temperature_at",
+    "temperature_scale",
+    "uniform_layer_indices",
+    "uniform_paths",
+]

@@ -1,0 +1,59 @@
+"""Latency targets (§5, docs/method.md D16): the grammar (defined in config), per-edge LUT tables, the range, feasibility."""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from ..config import TARGET_PATTERN, Target, parse_target  # noqa: F401  (the target grammar lives in config)
+from ..space import SearchSpace
+from .chain import InfeasibleTarget, latency_chain
+
+__all__ = ["TARGET_PATTERN", "Target", "parse_target", "lut_tables", "latency_range", "resolve_target", "check_feasible"]
+
+
+def lut_tables(space: SearchSpace, x: np.ndarray) -> list[np.ndarray]:
+    """Per-edge latency tables L_i(c_i, c_{i+1}) of eq. lat from a LUT vector; NaN/inf refused."""
+    x = np.asarray(x, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(x))
+    if bad.size:
+        theta, ci, co = space.variables[int(bad[0])]
+        raise ValueError(f"the latency table holds {bad.size} non-finite entries, e.g. {theta} c_in={ci} c_out={co}")
+    return [x[t] for t in space.edge_tables]
+
+
+def latency_range(space: SearchSpace, x: np.ndarray) -> tuple[float, float, list[int], list[int]]:
+    """(L_min, L_max) of the space under a LUT, with the two configurations (exact Viterbi on latency)."""
+    chain = latency_chain(lut_tables(space, x))
+    lo, hi = chain.min_latency(), chain.max_latency()
+    return float(chain.latency(lo)), float(chain.latency(hi)), space.channels_of(lo), space.channels_of(hi)
+
+
+def resolve_target(target: Target | str, space: SearchSpace, x: np.ndarray, unit: str) -> float:
+    """The target in the LUT's unit (ms, or MMAC for `flops`); a unit mismatch is an error."""
+    t = parse_target(target) if isinstance(target, str) else target
+    if t.kind == "range":
+        lo, hi, _, _ = latency_range(space, x)
+        return lo + t.value * (hi - lo)
+    want = "MMAC" if t.kind == "mflops" else "ms"
+    if unit != want:
+        raise ValueError(
+            f"target {t.text!r} is in {want}, but this device's latency table is in {unit}; "
+            f"use {'an ms' if unit == 'ms' else 'a mflops'} target or a relative 'range:' target"
+        )
+    return t.value
+
+
+def check_feasible(target: str, space: SearchSpace, x: np.ndarray, unit: str, device: str) -> tuple[float, float, float]:
+    """(value, L_min, L_max) of a target; `InfeasibleTarget` naming the minimum if no network meets it (D14)."""
+    value = resolve_target(target, space, x, unit)
+    lo, hi, fastest, _ = latency_range(space, x)
+    if value < lo:
+        raise InfeasibleTarget(
+            f"target {target!r} = {value:.4g} {unit} is below the smallest latency any network of the space reaches on "
+            f"device {device!r}: {lo:.4g} {unit} (configuration {fastest}); choose a target ≥ {lo:.4g}"
+            f"{'ms' if unit == 'ms' else 'mflops'} "
+            f"or a relative one such as 'range:0.2'",
+            lo,
+        )
+    return value, lo, hi

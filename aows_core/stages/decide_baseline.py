@@ -1,0 +1,59 @@
+"""`aows decide-baseline`: baseline decisions, the greedy trajectory or uniform multipliers."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Mapping
+
+from . import add_config
+
+COMMAND = "decide-baseline"
+HELP = "baseline decisions: greedy trajectory or uniform multipliers"
+PARSER_KWARGS: dict[str, Any] = {}
+INPUTS = ("lut", "trajectory")
+OUTPUTS = ("out",)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config(p)
+    p.add_argument("--device", required=True)
+    p.add_argument("--method", choices=["greedy", "uniform"], required=True)
+    p.add_argument("--lut", required=True)
+    p.add_argument("--trajectory", help="greedy: the greedy_trajectory parquet")
+    p.add_argument("--target", action="append", required=True, help="'4.5ms', '325mflops' or 'range:0.3'; repeatable")
+    p.add_argument("--out", required=True)
+
+
+def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, device: str, method: str,
+        target: list[str]) -> list[dict[str, Any]]:
+    """Decisions of a baseline: `greedy` (first trajectory point meeting the target, D22) or `uniform` multipliers."""
+    from .. import artifacts
+    from ..config import space_from_config
+    from ..search.baselines import decide_greedy, decide_uniform
+
+    space = space_from_config(config)
+    x, tmeta = artifacts.read_lut(inputs["lut"], space, device)
+    unit = tmeta["unit_short"]
+    extra: dict[str, Any] = {}
+    if method == "greedy":
+        trajectory = inputs.get("trajectory")
+        if trajectory is None:
+            raise ValueError("the greedy baseline needs --trajectory (the greedy_trajectory parquet)")
+        table, gmeta = artifacts.read_trajectory(trajectory, space)
+        rows = decide_greedy(space, table.column("channels").to_pylist(), x, target, device=device, unit=unit)
+        extra = {"trajectory_meta": gmeta}
+    elif method == "uniform":
+        rows = decide_uniform(space, x, target, device=device, unit=unit)
+    else:
+        raise ValueError(f"unknown baseline {method!r}; expected 'greedy' or 'uniform'")
+    artifacts.write_decisions(rows, outputs["out"], {
+        "space_name": space.name, "space_hash": space.hash, "device": device, "fingerprint": tmeta.get("fingerprint"),
+        "unit": tmeta.get("unit"), "lut_lambda": tmeta.get("lam"), **extra,
+    })
+    return rows
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    for r in rows:
+        print(f"{r['method']} @ {r['target']} ({r['target_ms']:.4g} {r['unit']}): {r['channels']} predicted "
+              f"{r['predicted_latency_ms']:.4g}")

@@ -1,0 +1,52 @@
+"""`aows decode`: optimal widths under latency targets (§5 eq. lagrange / eq. viterbi)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Mapping
+
+from . import add_config
+
+COMMAND = "decode"
+HELP = "optimal widths under latency targets (§5 eq. lagrange / viterbi)"
+PARSER_KWARGS: dict[str, Any] = {}
+INPUTS = ("unaries", "lut")
+OUTPUTS = ("out",)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config(p)
+    p.add_argument("--device", required=True)
+    p.add_argument("--method", required=True, help="label written in the decisions (e.g. ows, aows)")
+    p.add_argument("--unaries", required=True)
+    p.add_argument("--lut", required=True)
+    p.add_argument("--target", action="append", required=True, help="'4.5ms', '325mflops' or 'range:0.3'; repeatable")
+    p.add_argument("--epoch", type=int, default=None, help="which epoch's unaries (default: the last)")
+    p.add_argument("--out", required=True)
+
+
+def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, device: str, method: str,
+        target: list[str], epoch: int | None = None) -> list[dict[str, Any]]:
+    """Decisions of `method` for each target from a unaries artifact and a device's LUT (§5 eq. lagrange)."""
+    from .. import artifacts
+    from ..config import space_from_config
+    from ..search.decisions import decide
+
+    space = space_from_config(config)
+    x, tmeta = artifacts.read_lut(inputs["lut"], space, device)
+    u, umeta, chosen = artifacts.read_unaries(inputs["unaries"], space, epoch)
+    d = config["decode"]
+    rows = decide(space, u, x, target, method=method, device=device, unit=tmeta["unit_short"],
+                  policy=d["unvisited"], exact=d["exact"], epoch=chosen)
+    artifacts.write_decisions(rows, outputs["out"], {
+        "space_name": space.name, "space_hash": space.hash, "device": device, "fingerprint": tmeta.get("fingerprint"),
+        "unit": tmeta.get("unit"), "lut_lambda": tmeta.get("lam"), "unaries_meta": umeta, "decode": dict(d),
+    })
+    return rows
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    for r in rows:
+        print(f"{r['method']} @ {r['target']} ({r['target_ms']:.4g} {r['unit']}): {r['channels']} predicted "
+              f"{r['predicted_latency_ms']:.4g}, Σδ {r['objective']:.4g}, γ {r['gamma']:.3g}, gap {r['gap']:.3g}"
+              f"{' (exact)' if r['exact'] else ''}")

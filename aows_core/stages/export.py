@@ -1,0 +1,62 @@
+"""`aows export`: ONNX (checked against PyTorch) and state dict of a retrained network."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Mapping
+
+from . import add_config
+
+COMMAND = "export"
+HELP = "ONNX (checked against PyTorch) and state dict of a retrained network"
+PARSER_KWARGS: dict[str, Any] = {}
+INPUTS = ("model",)
+OUTPUTS = ("out_dir",)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config(p)
+    p.add_argument("--model", required=True, help="a retrained model.pt")
+    p.add_argument("--out-dir", required=True)
+
+
+def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, n_check: int = 256,
+        rtol: float = 1e-3, atol: float = 1e-4) -> dict[str, Any]:
+    """Write model.onnx, state_dict.pt and export.json (all atomic), the ONNX graph checked against PyTorch."""
+    from pathlib import Path
+
+    import onnx
+
+    from .. import artifacts
+    from ..config import data_spec, space_from_config
+    from ..data import test_batches
+    from ..nets.mobilenet import MobileNetV1, folded_state
+    from ..nets.onnx import check_agreement, onnx_from_weights
+
+    space = space_from_config(config)
+    state = artifacts.read_network(inputs["model"], space)
+    channels = [int(c) for c in state["channels"]]
+    net = MobileNetV1(space, channels, init=False)
+    net.load_state_dict(state["model"])
+    net.eval()
+
+    proto = onnx_from_weights(space, channels, folded_state(net), batch=None)
+    onnx.checker.check_model(proto)
+    x = next(iter(test_batches(data_spec(config, None), batch_size=n_check)))[0].contiguous()
+    err, agree = check_agreement(proto, net, x, rtol, atol)
+
+    out_dir = Path(outputs["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    artifacts.save_onnx(proto, out_dir / "model.onnx")
+    artifacts.save_torch({"space": space.to_dict(), "space_hash": space.hash, "channels": channels,
+                          "model": state["model"]}, out_dir / "state_dict.pt")
+    report = {"channels": channels, "checked_images": int(len(x)), "max_abs_diff": float(err.max()),
+              "rtol": rtol, "atol": atol, "top1_agreement": agree, "opset": proto.opset_import[0].version,
+              "bn": "folded into the convolutions", "input": [None, *x.shape[1:]]}
+    artifacts.write_json(report, out_dir / "export.json", indent=2)
+    return report
+
+
+def report(r: dict[str, Any], args: argparse.Namespace) -> None:
+    print(f"wrote {args.out_dir}/model.onnx and state_dict.pt: ONNX Runtime vs PyTorch max |Δlogit| "
+          f"{r['max_abs_diff']:.2g} on {r['checked_images']} test images, top-1 agreement {100 * r['top1_agreement']:.1f} %")

@@ -1,0 +1,75 @@
+"""`aows fit-lut`: fit a device's latency table (§4 eq. linear_lat)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Mapping
+
+from . import add_config
+
+COMMAND = "fit-lut"
+HELP = "fit the latency table (§4)"
+PARSER_KWARGS: dict[str, Any] = {}
+INPUTS = ("latency",)
+OUTPUTS = ("out", "report")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config(p)
+    p.add_argument("--device", required=True)
+    p.add_argument("--latency", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--report", required=True)
+
+
+def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, device: str) -> dict[str, Any]:
+    """Fit the LUT on the train set, choosing λ on lambda_val only (§4 eq. linear_lat + soft prior, D5–D8)."""
+    from .. import artifacts
+    from ..config import space_from_config
+    from ..latency import fit, lut
+
+    latency = inputs["latency"]
+    space = space_from_config(config)
+    table, lmeta = artifacts.read_latency(latency, space, device)
+    sets = lut.split_sets(space, lut.columns_of(table))
+    l_tr, l_val = sets["train"][1], sets["lambda_val"][1]
+    if len(l_tr) == 0 or len(l_val) == 0:
+        raise artifacts.ArtifactError(f"{latency}: needs train and lambda_val rows; found {len(l_tr)} and {len(l_val)}")
+    exact = None
+    if lmeta.get("analytic"):  # FLOPs decompose exactly over layers (§7.2): the table is known
+        from ..devices.flops import variable_macs
+
+        exact = variable_macs(space) * lmeta["device_spec"].get("batch_size", 1) / 1e6
+    best, results, rows, keep, n_obs = fit.fit_table(space, sets, config["lut"], exact=exact)
+    chosen = results[best]
+    meta = artifacts.provenance(
+        space,
+        device,
+        fingerprint=lmeta["fingerprint"],
+        unit=lmeta["unit"],
+        unit_short=lmeta["unit_short"],
+        statistic=lmeta["statistic"],
+        protocol=lmeta["protocol"],
+        reference_channels=lmeta["reference_channels"],
+        reference_baseline=lmeta["reference_baseline"],
+        sigma_n=lmeta["sigma_n"],
+        lam=chosen.lam,
+        ridge=config["lut"]["ridge"],
+        n_train=int(len(l_tr)),
+        n_outliers=int((~keep).sum()),
+        outlier_threshold=config["lut"]["outlier_threshold"],
+        n_lambda_val=int(len(l_val)),
+        n_inequalities=int(lut.monotonicity_matrix(space).shape[0]),
+        train_rmse_ms=rows[best]["train_rmse_ms"],
+        val_rmse_ms=rows[best]["val_rmse_ms"],
+        val_nrmse=rows[best]["val_nrmse"],
+        formulation="min ||Ax - l||^2 + lam*||max(Vx, 0)||_1 + ridge*||x||^2 s.t. x >= 0 (OSQP, residual form)",
+    )
+    artifacts.write_records(lut.lut_records(space, chosen.x, n_obs), outputs["out"], "lut", meta)
+    artifacts.write_records(rows, outputs["report"], "lut_fit",
+                            {k: meta[k] for k in ("space_hash", "device", "unit", "aows_version")})
+    return {"lambda": chosen.lam, **{k: rows[best][k] for k in ("train_rmse_ms", "val_rmse_ms", "val_nrmse")}}
+
+
+def report(r: dict[str, Any], args: argparse.Namespace) -> None:
+    print(f"wrote {args.out}: λ = {r['lambda']:.3g}, lambda_val RMSE {r['val_rmse_ms']:.4g} ({100 * r['val_nrmse']:.2f} %)")

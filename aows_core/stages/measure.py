@@ -1,0 +1,163 @@
+"""`aows measure`: time a device's finalists with the profiling protocol (§7)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any, Mapping
+
+from . import add_config
+
+if TYPE_CHECKING:
+    from ..space import SearchSpace
+
+COMMAND = "measure"
+HELP = "time a device's finalists with the profiling protocol (§7)"
+PARSER_KWARGS: dict[str, Any] = {}
+INPUTS = ("decisions", "latency", "lut")
+OUTPUTS = ("out",)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config(p)
+    p.add_argument("--device", required=True)
+    p.add_argument("--decisions", nargs="+", required=True, help="the finalists' decisions parquet files")
+    p.add_argument("--latency", required=True, help="the device's latency file (reference baseline, fingerprint)")
+    p.add_argument("--lut", required=True, help="the device's LUT (predicted latencies)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--quiet", action="store_true")
+
+
+def _finalists(space: SearchSpace, device_name: str, inputs: Mapping[str, Any]) -> tuple[Any, dict, Any, dict, list[dict]]:
+    """The latency file, the LUT (both of `device_name`, the LUT fitted on that file) and the finalists decided on it."""
+    from .. import artifacts
+    from ..latency.protocol import MeasureError, check_predictions
+
+    latency, lut_path = inputs["latency"], inputs["lut"]
+    ltable, lmeta = artifacts.read_latency(latency, space, device_name)
+    x, tmeta = artifacts.read_lut(lut_path, space)
+    if tmeta.get("device") != device_name or tmeta.get("fingerprint") != lmeta.get("fingerprint"):
+        raise artifacts.ArtifactError(
+            f"{lut_path} (device {tmeta.get('device')!r}, fingerprint {tmeta.get('fingerprint')}) was not fitted on "
+            f"{latency} (device {lmeta.get('device')!r}, fingerprint {lmeta.get('fingerprint')}); fit the LUT on that file"
+        )
+    finalists = artifacts.read_decisions(inputs["decisions"], space, device_name)
+    if not finalists:
+        raise MeasureError(f"no finalists to measure on device {device_name!r}: the decision files hold no rows")
+    check_predictions(space, x, finalists, lut_path)
+    return ltable, lmeta, x, tmeta, finalists
+
+
+def _check_session(device: Any, spec: Mapping[str, Any], lmeta: Mapping[str, Any], protocol: Mapping[str, Any],
+                   latency: Any, fingerprint: Any, on_mismatch: str) -> bool:
+    """Refuse a session whose device settings or timing protocol differ from the profiled ones (§4 same form);
+    returns whether the fingerprint matches the LUT's (a mismatch is refused unless `on_mismatch` is "flag")."""
+    from ..devices.base import spec_differences
+    from ..latency.protocol import MeasureError, protocol_differences
+
+    differ = spec_differences(device, spec, lmeta.get("device_spec") or {})
+    if differ:
+        raise MeasureError(
+            f"the configured settings of this device differ from those {latency} was profiled with: "
+            + ", ".join(f"{k} {then!r} → {now!r}" for k, then, now in differ)
+            + "; the LUT describes another target — profile and fit it again with these settings"
+        )
+    differ = protocol_differences(lmeta.get("protocol", {}), protocol)
+    if differ:
+        raise MeasureError(
+            f"the timing protocol differs from the one {latency} was profiled with: "
+            + ", ".join(differ)
+            + "; finalists must be timed as the LUT's networks were (profile again, or restore these settings)"
+        )
+    match = fingerprint == lmeta.get("fingerprint")
+    if not match and on_mismatch != "flag":
+        raise MeasureError(
+            f"this machine's device fingerprint differs from the one the LUT was profiled on:\n"
+            f"  LUT ({latency}): {lmeta.get('fingerprint')}\n  this machine: {fingerprint}\n"
+            f"Timings of two machines are not comparable. Measure on the profiled machine, profile again on this "
+            f"one, or set measure.on_fingerprint_mismatch: flag to measure anyway (rows get fingerprint_match false)."
+        )
+    return match
+
+
+def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, device: str,
+        progress: bool = True, job_offset: int | None = None) -> list[dict[str, Any]]:
+    """Time every finalist of `device` for R rounds, drift-corrected to the LUT's reference (§7, D24); writes "measure".
+
+    `job_offset` is the first job index (the synthetic device's virtual clock); by default the session
+    continues the profiling session's clock.
+    """
+    from .. import artifacts
+    from ..config import space_from_config, stage_settings
+    from ..devices import get_device
+    from ..latency.protocol import MeasureError, finalist_rows, measure_plan, reference_config, time_jobs
+    from ..training.loop import progress_bar
+
+    device_name, latency, lut_path = device, inputs["latency"], inputs["lut"]
+    space = space_from_config(config)
+    spec = dict(stage_settings(config, "measure", device_name)["devices"][device_name])
+    protocol, settings, seed = dict(config["profiling"]), dict(config["measure"]), int(config["seed"])
+    ltable, lmeta, x, tmeta, finalists = _finalists(space, device_name, inputs)
+
+    dev = get_device(spec, space, seed)
+    try:
+        fingerprint = dev.fingerprint()
+        match = _check_session(dev, spec, lmeta, protocol, latency, fingerprint, settings["on_fingerprint_mismatch"])
+        nets = sorted({tuple(int(c) for c in f["channels"]) for f in finalists})
+        ref = reference_config(space)
+        if not dev.analytic and list(lmeta.get("reference_channels") or []) != ref:
+            raise MeasureError(f"{latency} used reference {lmeta.get('reference_channels')}, not {ref}; profile again")
+        if job_offset is None:
+            jobs_done = ltable.column("job").to_numpy()
+            job_offset = int(jobs_done.max()) + 1 if len(jobs_done) else 0
+        jobs = measure_plan(nets, ref, int(settings["rounds"]), seed, dev.analytic, job_offset)
+        bar = progress_bar(progress, total=len(jobs), desc=f"measure {device_name}", unit="net")
+        try:
+            rows = time_jobs(dev, jobs, protocol, on_step=lambda: bar.update(1))
+        finally:
+            bar.close()
+    finally:
+        dev.close()
+
+    baseline = float(lmeta["reference_baseline"]) if not dev.analytic else float("nan")
+    out_rows, session_baseline = finalist_rows(finalists, rows, nets, baseline, dev.analytic, device_name, match)
+    meta = artifacts.provenance(
+        space,
+        device_name,
+        device_spec=spec,
+        fingerprint=fingerprint,
+        lut_fingerprint=lmeta.get("fingerprint"),
+        fingerprint_match=bool(match),
+        unit=lmeta.get("unit"),
+        unit_short=lmeta.get("unit_short"),
+        analytic=dev.analytic,
+        protocol=protocol,
+        statistic=protocol["statistic"],
+        rounds=1 if dev.analytic else int(settings["rounds"]),
+        measure=settings,
+        seed=seed,
+        job_offset=job_offset,
+        reference_channels=ref,
+        reference_baseline=baseline,
+        session_reference_baseline=session_baseline,
+        correction="corrected = raw × reference_baseline(LUT) / ref(job); ref = running median of the reference "
+        "series interpolated over job order (as in profiling)",
+        networks=[list(n) for n in nets],
+        decisions=[f["source"] for f in finalists],
+        latency=str(latency),
+        lut=str(lut_path),
+        lut_lambda=tmeta.get("lam"),
+        timings=rows,
+    )
+    artifacts.write_records(out_rows, outputs["out"], "measure", meta)
+    return out_rows
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    unit = rows[0]["unit"]
+    print(f"wrote {args.out}: {len(rows)} finalists on {args.device} ({unit}; measured = median over "
+          f"{rows[0]['rounds']} rounds, drift-corrected to the LUT's reference)")
+    print(f"  {'method':8s} {'target':12s} {'predicted':>10s} {'measured':>10s} {'rel.err':>8s}  meets")
+    for r in rows:
+        print(f"  {r['method']:8s} {r['target']:12s} {r['predicted_ms']:10.4g} {r['measured_ms']:10.4g} "
+              f"{100 * r['rel_error']:+7.2f}%  {'yes' if r['meets_target_measured'] else 'NO'}"
+              f"{'' if r['fingerprint_match'] else '  (fingerprint differs from the LUT)'}")

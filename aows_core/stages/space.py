@@ -1,0 +1,46 @@
+"""`aows space`: print a search space (a preset's, or the configured one)."""
+
+from __future__ import annotations
+
+import argparse
+import json as _json
+from typing import Any, Mapping
+
+from . import add_config
+
+COMMAND = "space"
+HELP = "print a search space"
+PARSER_KWARGS: dict[str, Any] = {}
+INPUTS: tuple[str, ...] = ()
+OUTPUTS: tuple[str, ...] = ()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", help="preset name (default: the config's space)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_config(p)
+
+
+def needs_config(args: argparse.Namespace) -> bool:
+    """The configuration is read only when no preset is named."""
+    return not args.preset
+
+
+def run(config: Mapping[str, Any] | None, inputs: Mapping[str, Any], outputs: Mapping[str, Any], *,
+        preset: str | None = None, json: bool = False) -> dict[str, Any]:
+    """The space's description (`SearchSpace.describe`), of `preset` or of the config's space."""
+    from ..config import space_from_config
+    from ..space import get_space
+
+    space = get_space(preset) if preset else space_from_config(config)
+    return space.describe()
+
+
+def report(d: dict[str, Any], args: argparse.Namespace) -> None:
+    if args.json:
+        print(_json.dumps(d, indent=2))
+    else:
+        print(f"{d['name']} (hash {d['hash']}): {d['n_layers']} searchable layers, {d['resolution']} input, "
+              f"{d['n_variables']} latency variables for {d['n_slots']} slots, {d['size']:.3e} configurations")
+        for layer, ch in enumerate(d["layer_choices"]):
+            print(f"  layer {layer:2d}: {ch}")

@@ -1,0 +1,89 @@
+"""The one resumable epoch/step loop shared by supernet training and retraining.
+
+Every random choice of step k of epoch e derives from (seed, e, k) (data order, augmentation,
+configurations), so a run stopped after any step and resumed from its last checkpoint ends exactly
+where an uninterrupted run ends (docs/method.md, D9). Per step: `step(x, y)`, position + 1, the
+progress bar; then a checkpoint every `checkpoint_every` steps inside the epoch, or the last one
+before stopping after `stop_after` steps of this invocation (`>=`: `--stop-after 0` stops after one
+step). After an epoch's batches: `end_epoch(epoch)`, next epoch, save.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+
+@dataclass
+class Position:
+    """Where a run stands: `step` steps of epoch `epoch` are done."""
+
+    epoch: int = 0
+    step: int = 0
+
+
+class _NoBar:
+    """The progress bar of a run without one."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix(self, **kwargs: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(enabled: bool, **tqdm_kwargs: Any) -> Any:
+    """A tqdm bar, or a no-op bar when `enabled` is false (tqdm is then not imported)."""
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(**tqdm_kwargs)
+
+
+def run_epochs(
+    pos: Position,
+    *,
+    epochs: int,
+    steps: int,
+    batches: Callable[[int, int], Iterable],
+    step: Callable[[Any, Any], Mapping[str, Any] | None],
+    end_epoch: Callable[[int], None],
+    save: Callable[[], None],
+    checkpoint_every: int,
+    stop_after: int | None,
+    bar: Any,
+    start_epoch: Callable[[int], None] | None = None,
+) -> bool:
+    """Run epochs from `pos` to `epochs`; False if stopped after `stop_after` steps (resume later), True when done.
+
+    `batches(epoch, start_step)` yields the (x, y) batches of an epoch from a step on; `step(x, y)` trains
+    on one (reading `pos` for its epoch and step) and returns the bar's postfix; `start_epoch(epoch)` runs
+    before an epoch's first batch.
+    """
+    done = 0
+    while pos.epoch < epochs:
+        if start_epoch is not None:
+            start_epoch(pos.epoch)
+        for x, y in batches(pos.epoch, pos.step):
+            postfix = step(x, y)
+            pos.step += 1
+            done += 1
+            bar.update(1)
+            if postfix:
+                bar.set_postfix(**postfix)
+            stop = stop_after is not None and done >= stop_after
+            if (pos.step % checkpoint_every == 0 and pos.step < steps) or stop:
+                save()
+                if stop:
+                    bar.close()
+                    return False
+        end_epoch(pos.epoch)
+        pos.epoch += 1
+        pos.step = 0
+        save()
+    bar.close()
+    return True

@@ -1,0 +1,116 @@
+"""Retraining a decided configuration from scratch (§7): SGD (Nesterov), linear warm-up then cosine, label smoothing.
+
+Data order and augmentation derive from (seed, epoch, step), so a run killed at any step and resumed
+from its last checkpoint (`artifacts.resume`, outside the declared outputs) ends with the same
+weights as an uninterrupted one. The stage evaluates the result once on the test split
+(`nets.scoring.top1`, `evaluation.wilson_interval`) and writes it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..config import settings_hash, stage_settings
+from ..space import SearchSpace
+from ..artifacts.resume import load_resume, save_resume
+from .loop import Position, progress_bar, run_epochs
+
+
+def learning_rate(step: int, total: int, warmup: int, base: float) -> float:
+    """Linear warm-up over `warmup` steps to `base`, then cosine decay to 0 at `total` steps."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    u = (step - warmup) / max(1, total - warmup)
+    return 0.5 * base * (1 + math.cos(math.pi * min(1.0, u)))
+
+
+def run_id(config: Mapping[str, Any], channels: Sequence[int]) -> str:
+    """The id a retraining's resume checkpoint must carry (byte-identical to the pre-move formula)."""
+    return settings_hash({"settings": stage_settings(config, "retrain"), "channels": list(channels)})
+
+
+@dataclass
+class RetrainResult:
+    """Where a retraining stopped (`complete`: all epochs done) and what it ends with."""
+
+    complete: bool
+    epoch: int
+    step: int
+    model: torch.nn.Module
+    seconds: float
+    loss_sum: float
+    loss_n: int
+
+    @property
+    def final_train_loss(self) -> float:
+        """Mean training loss over the last epoch's steps."""
+        return self.loss_sum / max(self.loss_n, 1)
+
+
+def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Sequence[int], splits: Any,
+                  resume_dir: str | os.PathLike, *, progress: bool = True, stop_after: int | None = None,
+                  desc: str = "retrain") -> RetrainResult:
+    """Train the fixed-width MobileNet-v1 of `channels` from scratch on `splits` (§7), resumable at any step."""
+    from ..nets.mobilenet import MobileNetV1
+
+    rt, seed = config["retrain"], int(config["seed"])
+    channels = [int(c) for c in channels]
+    steps, E = splits.steps_per_epoch, int(rt["epochs"])
+    total, warmup = E * steps, int(round(float(rt["warmup_epochs"]) * steps))
+
+    torch.manual_seed(seed)
+    model = MobileNetV1(space, channels)
+    if splits.spec.channels_last:
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    opt = torch.optim.SGD(model.parameters(), lr=rt["lr"], momentum=rt["momentum"], weight_decay=rt["weight_decay"],
+                          nesterov=rt["momentum"] > 0)
+    rid = run_id(config, channels)
+    ckpt = Path(resume_dir) / "checkpoint.pt"
+    pos = Position()
+    acc = {"seconds": 0.0, "loss_sum": 0.0, "loss_n": 0, "t0": 0.0}
+    state = load_resume(ckpt, rid)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        pos = Position(state["epoch"], state["step"])
+        acc["seconds"], acc["loss_sum"], acc["loss_n"] = (state[k] for k in ("seconds", "loss_sum", "loss_n"))
+
+    def save() -> None:
+        now = time.perf_counter()
+        acc["seconds"] += now - acc["t0"]
+        acc["t0"] = now
+        save_resume({"run_id": rid, "model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": pos.epoch,
+                     "step": pos.step, "seconds": acc["seconds"], "loss_sum": acc["loss_sum"], "loss_n": acc["loss_n"]},
+                    ckpt)
+
+    def start_epoch(epoch: int) -> None:
+        model.train()
+        acc["t0"] = time.perf_counter()
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
+        epoch, k = pos.epoch, pos.step
+        for g in opt.param_groups:
+            g["lr"] = learning_rate(epoch * steps + k, total, warmup, rt["lr"])
+        loss = F.cross_entropy(model(x), y, label_smoothing=rt["label_smoothing"])
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss at epoch {epoch} step {k}; lower retrain.lr")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if epoch == E - 1:
+            acc["loss_sum"], acc["loss_n"] = acc["loss_sum"] + loss.item(), acc["loss_n"] + 1
+        return {"loss": f"{loss.item():.3f}"}
+
+    bar = progress_bar(progress, total=total, initial=pos.epoch * steps + pos.step, desc=desc, unit="step")
+    complete = run_epochs(pos, epochs=E, steps=steps, batches=lambda e, s: splits.train_batches(e, start_step=s),
+                          step=step, end_epoch=lambda e: None, save=save, checkpoint_every=int(rt["checkpoint_every"]),
+                          stop_after=stop_after, bar=bar, start_epoch=start_epoch)
+    return RetrainResult(complete, pos.epoch, pos.step, model, acc["seconds"], acc["loss_sum"], acc["loss_n"])

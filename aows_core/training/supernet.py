@@ -1,0 +1,309 @@
+"""Supernet training: OWS (uniform sampling, §5) and AOWS (adaptive sampling, §6), resumable at any step.
+
+Each step is a sandwich step (§3, `nets.sandwich`); the per-sample differences CE(sampled) − CE(max)
+of the same step feed the unaries of eq. average_error: OWS averages them per (layer, width) over
+each epoch, AOWS keeps the mean of the most recent K samples. AOWS runs W warm-up epochs identical
+to OWS's first W under the same seed, so it starts from the OWS checkpoint after W epochs, its
+window seeded with the OWS means of epoch W (docs/method.md, D21); then configurations
+come from the relaxed min-sum marginals at the current γ and temperature T(u) (supplementary B).
+Every random choice of step k of epoch e derives from (seed, e, k), so a killed run resumes exactly
+(`training.loop`, `artifacts.resume`). Data parallel: `training.distributed`.
+
+`train_supernet` returns a `SupernetResult`; the stage writes the artifacts and then clears the
+resume state (only rank 0 writes; `after_{n}.pt` epoch checkpoints are written here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from ..artifacts import read_epoch_checkpoint, save_torch
+from ..config import data_spec, settings_hash, space_from_config, stage_settings
+from ..space import SearchSpace
+from ..artifacts.resume import load_resume, save_resume
+from .distributed import (AveragingOptimizer, Dist, broadcast_parameters, init_distributed, mean_metrics,
+                          update_unaries)
+from .loop import Position, progress_bar, run_epochs
+
+LOSS_DESCRIPTION = "hard-label CE(sampled configuration) - CE(max configuration), same sample and step, train-mode BN"
+
+
+def run_id(config: Mapping[str, Any], method: str, device: str | None, target: str | None) -> str:
+    """The id a resume checkpoint must carry (byte-identical to the pre-move formula: old checkpoints resume)."""
+    stage = "train_ows" if method == "ows" else "train_aows"
+    blob = json.dumps({"settings": settings_hash(stage_settings(config, stage)), "method": method, "device": device,
+                       "target": target}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def make_sampler(space: SearchSpace, aows_cfg: Mapping[str, Any], x: np.ndarray, target_value: float, seed: int):
+    """AOWS's sampler (§6) for a latency target on the table x; refuses an infeasible target here."""
+    from ..search.sampler import AOWSSampler
+
+    return AOWSSampler(space, x, target_value, policy=aows_cfg["unvisited"], mode=aows_cfg["sampling"],
+                       scale=aows_cfg["temperature_scale"], seed=seed)
+
+
+class EpochAccumulator:
+    """Running sums for one epoch's metrics row."""
+
+    def __init__(self, steps: int = 0, images: int = 0, seconds: float = 0.0, loss_max: float = 0.0,
+                 loss_min: float = 0.0, loss_random: float = 0.0, acc: float = 0.0, last: dict | None = None):
+        self.steps, self.images, self.seconds = steps, images, seconds
+        self.loss_max, self.loss_min, self.loss_random, self.acc = loss_max, loss_min, loss_random, acc
+        self.last = last or {}
+
+    def add(self, res, n: int, seconds: float, sampler_last: dict | None) -> None:
+        self.steps += 1
+        self.images += n
+        self.seconds += seconds
+        self.loss_max += res.loss_max
+        self.loss_min += res.loss_min
+        self.loss_random += float(np.mean(res.loss_random))
+        self.acc += res.acc_max
+        if sampler_last:
+            self.last = {k: sampler_last.get(k) for k in ("gamma", "temperature", "scale")}
+
+    def state(self) -> dict:
+        return {"steps": self.steps, "images": self.images, "seconds": self.seconds, "loss_max": self.loss_max,
+                "loss_min": self.loss_min, "loss_random": self.loss_random, "acc": self.acc, "last": self.last}
+
+    def row(self, epoch: int, sampling: str) -> dict:
+        s = max(self.steps, 1)
+        return {
+            "epoch": epoch, "steps": self.steps, "images": self.images, "seconds": self.seconds,
+            "images_per_s": self.images / max(self.seconds, 1e-9), "loss_max": self.loss_max / s,
+            "loss_min": self.loss_min / s, "loss_random": self.loss_random / s, "train_acc_max": self.acc / s,
+            "sampling": sampling, "gamma": self.last.get("gamma"), "temperature": self.last.get("temperature"),
+            "scale": self.last.get("scale"),
+        }
+
+
+@dataclass
+class _Run:
+    """Everything one rank's training loop reads and updates."""
+
+    space: SearchSpace
+    method: str
+    seed: int
+    E: int
+    W: int
+    R: int
+    B: int
+    lo: int
+    hi: int
+    steps: int
+    spec: Any
+    splits: Any
+    model: Any
+    opt: Any
+    step_opt: Any
+    estimator: Any
+    sampler: Any
+    schedule: Any
+    run_id: str
+    ddp: Dist
+    label_smoothing: float
+    pos: Position = field(default_factory=Position)
+    rows: list = field(default_factory=list)
+    metrics: list = field(default_factory=list)
+    acc: EpochAccumulator = field(default_factory=EpochAccumulator)
+    adaptive: bool = False
+    t_last: float = 0.0
+
+
+@dataclass
+class SupernetResult:
+    """What one rank's training ends with; rank 0 (`main`) writes the artifacts from it when `complete`."""
+
+    complete: bool
+    epoch: int
+    step: int
+    rows: list
+    metrics: list
+    model_state: dict | None
+    run_id: str
+    sampler_scale: float | None
+    world: int
+    main: bool
+    spec: Any
+
+    def summary(self, epochs: int) -> dict[str, Any]:
+        """The stage's return value (as before the move)."""
+        if not self.complete:
+            return {"complete": False, "epoch": self.epoch, "step": self.step}
+        return {"complete": True, "epochs": epochs, "metrics": self.metrics[-1]}
+
+
+def checkpoint_state(run: _Run) -> dict[str, Any]:
+    """The resume state of a run (dicts, tensors and numpy only)."""
+    return {
+        "run_id": run.run_id, "space_hash": run.space.hash, "epoch": run.pos.epoch, "step": run.pos.step,
+        "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "unaries": run.estimator.state_dict(),
+        "sampler": None if run.sampler is None else run.sampler.state_dict(), "rows": run.rows, "metrics": run.metrics,
+        "acc": run.acc.state(),
+    }
+
+
+def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, device: str | None,
+           target: str | None, ddp: Dist) -> _Run:
+    """Data, model, optimiser, unaries estimator, run id and this rank's shard."""
+    from ..data import check_dataset, load, shard_bounds
+    from ..nets.slimmable import SlimmableMobileNetV1
+    from ..search.sampler import TemperatureSchedule
+    from ..search.unaries import EpochUnaries, WindowUnaries
+
+    sn, aw, seed = config["supernet"], config["aows"], int(config["seed"])
+    E, W = int(sn["epochs"]), int(aw["warmup_epochs"])
+    schedule = TemperatureSchedule(W, E) if method == "aows" else None
+    spec = data_spec(config)
+    splits = load(spec)
+    check_dataset(splits.info, space)
+    steps = splits.steps_per_epoch
+    R, B = int(sn["n_random"]), int(sn["batch_size"])
+    lo, hi = shard_bounds(B, ddp.rank, ddp.world)
+
+    torch.manual_seed(seed)
+    model = SlimmableMobileNetV1(space, channels_last=bool(sn["channels_last"]))
+    if ddp.device.type != "cpu":
+        model.to(ddp.device)
+    opt = torch.optim.SGD(model.parameters(), lr=sn["lr"], momentum=sn["momentum"], weight_decay=sn["weight_decay"],
+                          nesterov=sn["momentum"] > 0)
+    step_opt = opt if ddp.world == 1 else AveragingOptimizer(opt, model, ddp.world)
+    estimator = EpochUnaries(space) if method == "ows" else WindowUnaries(space, int(aw["window"]))
+    return _Run(space=space, method=method, seed=seed, E=E, W=W, R=R, B=B, lo=lo, hi=hi, steps=steps, spec=spec,
+                splits=splits, model=model, opt=opt, step_opt=step_opt, estimator=estimator, sampler=sampler,
+                schedule=schedule, run_id=run_id(config, method, device, target), ddp=ddp,
+                label_smoothing=sn["label_smoothing"])
+
+
+def _restore(run: _Run, state: dict) -> None:
+    """Continue from a resume checkpoint of this run."""
+    run.model.load_state_dict(state["model"])
+    run.opt.load_state_dict(state["optimizer"])
+    run.estimator.load_state_dict(state["unaries"])
+    if run.sampler is not None and state.get("sampler"):
+        run.sampler.load_state_dict(state["sampler"])
+    run.pos = Position(state["epoch"], state["step"])
+    run.rows, run.metrics = state["rows"], state["metrics"]
+    run.acc = EpochAccumulator(**state["acc"])
+
+
+def _warm_start(run: _Run, state: dict) -> None:
+    """AOWS from the OWS checkpoint after W epochs: weights, optimiser, window seeded with epoch W's means."""
+    from ..search.unaries import EpochUnaries
+
+    run.model.load_state_dict(state["model"])
+    run.opt.load_state_dict(state["optimizer"])
+    ows = EpochUnaries(run.space)
+    ows.load_state_dict(state["unaries_last_epoch"])
+    run.estimator.seed_means(ows.delta(), ows.counts())
+    run.pos = Position(run.W, 0)
+    run.rows, run.metrics = list(state["rows"]), list(state["metrics"])
+
+
+def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
+    """One sandwich step at run.pos (§3, §5/§6 sampling), unaries and metrics updated; the bar's postfix."""
+    from ..nets.sandwich import sandwich_step
+    from ..nets.slimmable import widths_tensor
+    from ..search.sampler import uniform_layer_indices
+
+    space, ddp, R, B, lo, hi = run.space, run.ddp, run.R, run.B, run.lo, run.hi
+    epoch, step = run.pos.epoch, run.pos.step
+    if ddp.device.type != "cpu":
+        x, y = x.to(ddp.device, non_blocking=True), y.to(ddp.device, non_blocking=True)
+    rng = np.random.default_rng([run.seed, epoch, step, 0xA0])
+    if run.adaptive:
+        T = run.schedule.at_step(epoch, step, run.steps)
+        idx = run.sampler.sample(run.estimator, T, R * B, rng)[:, 1:-1]
+    else:
+        idx = uniform_layer_indices(space, R * B, rng)
+    idx = idx.reshape(R, B, space.n_layers)[:, lo:hi]  # configurations of this rank's samples
+    widths = widths_tensor(space, idx.reshape(-1, space.n_layers)).reshape(R, hi - lo, space.n_layers)
+    res = sandwich_step(run.model, x, y, widths, run.step_opt, R, label_smoothing=run.label_smoothing, step=step)
+    update_unaries(run.estimator, idx, res.diffs(), ddp.world)
+    if ddp.world > 1:
+        res = mean_metrics(res, ddp)
+    now = time.perf_counter()
+    run.acc.add(res, len(y) * ddp.world, now - run.t_last, run.sampler.last if run.adaptive else None)
+    run.t_last = now
+    return {"img_s": f"{run.acc.images / max(run.acc.seconds, 1e-9):.0f}", "loss": f"{res.loss:.3f}"}
+
+
+def _end_epoch(run: _Run, epoch: int, out_dir: Path) -> None:
+    """Unary rows and metrics of the epoch, the `after_{n}.pt` epoch checkpoint, estimator and sums reset."""
+    run.rows.extend(run.estimator.rows(run.space, epoch))
+    run.metrics.append(run.acc.row(epoch, "aows" if run.adaptive else "uniform"))
+    epoch_state = {
+        "space_hash": run.space.hash, "completed_epochs": epoch + 1, "model": run.model.state_dict(),
+        "optimizer": run.opt.state_dict(), "unaries_last_epoch": run.estimator.state_dict(), "rows": run.rows,
+        "metrics": run.metrics,
+    }
+    if run.ddp.main:
+        save_torch(epoch_state, out_dir / "checkpoints" / f"after_{epoch + 1}.pt")
+    if run.method == "ows":
+        run.estimator.reset()
+    run.acc = EpochAccumulator()
+
+
+def train(config: Mapping[str, Any], out_dir: Path, resume_dir: Path, *, method: str, sampler, device: str | None,
+          target: str | None, init_from, progress: bool, stop_after: int | None, ddp: Dist) -> SupernetResult:
+    """The training loop of `train_supernet` on this rank (the sampler is AOWS's, None for OWS)."""
+    space = space_from_config(config)
+    sn = config["supernet"]
+    torch.set_num_threads(int(sn["threads"]))
+    run = _setup(config, space, method, sampler, device, target, ddp)
+    ckpt_path = resume_dir / "checkpoint.pt"
+    state = load_resume(ckpt_path, run.run_id)
+    if state is not None:
+        _restore(run, state)
+    elif method == "aows":
+        _warm_start(run, read_epoch_checkpoint(init_from, space, completed_epochs=run.W))
+    if ddp.world > 1:  # identical by construction; made certain
+        broadcast_parameters(run.model, ddp.world)
+
+    def save() -> None:
+        if ddp.main:
+            save_resume(checkpoint_state(run), ckpt_path)
+
+    def start_epoch(epoch: int) -> None:
+        run.adaptive = method == "aows" and epoch >= run.W
+
+    bar = progress_bar(progress and ddp.main, total=run.E * run.steps, initial=run.pos.epoch * run.steps + run.pos.step,
+                       desc=f"supernet {method}", unit="step")
+    run.t_last = time.perf_counter()
+    complete = run_epochs(
+        run.pos, epochs=run.E, steps=run.steps,
+        batches=lambda e, s: run.splits.train_batches(e, start_step=s, rank=ddp.rank, world_size=ddp.world),
+        step=lambda x, y: _step(run, x, y), end_epoch=lambda e: _end_epoch(run, e, out_dir), save=save,
+        checkpoint_every=int(sn["checkpoint_every"]), stop_after=stop_after, bar=bar, start_epoch=start_epoch,
+    )
+    return SupernetResult(complete=complete, epoch=run.pos.epoch, step=run.pos.step, rows=run.rows,
+                          metrics=run.metrics, model_state=run.model.state_dict() if complete else None,
+                          run_id=run.run_id, sampler_scale=None if sampler is None else sampler.s, world=ddp.world,
+                          main=ddp.main, spec=run.spec)
+
+
+def train_supernet(config: Mapping[str, Any], out_dir: str | os.PathLike, resume_dir: str | os.PathLike, *,
+                   method: str = "ows", sampler=None, device: str | None = None, target: str | None = None,
+                   init_from: str | os.PathLike | None = None, progress: bool = True,
+                   stop_after: int | None = None) -> SupernetResult:
+    """Train an OWS or AOWS supernet (§5, §6) in this process's place of the data-parallel run."""
+    ddp = init_distributed(int(config["supernet"].get("processes", 1)))
+    try:
+        return train(config, Path(out_dir), Path(resume_dir), method=method, sampler=sampler, device=device,
+                     target=target, init_from=init_from, progress=progress, stop_after=stop_after, ddp=ddp)
+    finally:
+        if ddp.owns_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
