@@ -1,0 +1,70 @@
+"""Artifacts and resume state written before the library's redesign load after it (tests/fixtures/premove/).
+
+The fixtures were written by the flat-module code (commit 891cc67) on a tiny configuration
+(`config.json`): an OWS resume checkpoint after 3 steps, the OWS epoch checkpoint after epoch 1 and the
+final model.pt, a decision and a retraining resume checkpoint after 3 steps, and one artifact of every
+kind (`artifacts/<kind>.parquet`, from a whole tiny run of `results/pareto_flops.pdf` with that code).
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from aows_core import artifacts as io
+from aows_core.config import space_from_config, validate
+from stage_calls import retrain, train_supernet
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "premove"
+CFG = json.loads((FIX / "config.json").read_text())
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_every_artifact_kind_written_before_reads_under_its_schema():
+    kinds = set()
+    for path in sorted((FIX / "artifacts").glob("*.parquet")):
+        table, meta = io.read_table(path, path.stem)
+        assert table.schema.remove_metadata().equals(io.SCHEMAS[path.stem]) and meta["aows_version"]
+        kinds.add(path.stem)
+    assert kinds == set(io.SCHEMAS)
+
+
+def test_torch_files_written_before_load_through_the_typed_readers():
+    space = space_from_config(validate(CFG))
+    assert all(isinstance(v, torch.Tensor) for v in io.read_supernet_state(FIX / "ows_model.pt", space).values())
+    assert io.read_epoch_checkpoint(FIX / "ows_after_1.pt", space, 1)["completed_epochs"] == 1
+    (row,) = io.read_table(FIX / "decision.parquet", "decisions")[0].to_pylist()
+    assert row["channels"] == space.max_config
+
+
+@pytest.mark.slow
+def test_a_supernet_checkpoint_written_before_resumes_to_the_old_codes_result(tmp_path, capfd):
+    cfg = validate(CFG)
+    (tmp_path / "resume").mkdir()
+    shutil.copy(FIX / "ows_resume_checkpoint.pt", tmp_path / "resume/checkpoint.pt")
+    train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="ows", progress=False)
+    assert "another run" not in capfd.readouterr().err  # the run id is unchanged: it resumed
+    new = torch.load(tmp_path / "out/model.pt", weights_only=False)["model"]
+    old = torch.load(FIX / "ows_model.pt", weights_only=False)["model"]
+    assert _same(new, old)  # and ends where the old code's uninterrupted run ended
+    assert _same(torch.load(tmp_path / "out/checkpoints/after_1.pt", weights_only=False)["model"],
+                 torch.load(FIX / "ows_after_1.pt", weights_only=False)["model"])
+
+
+@pytest.mark.slow
+def test_a_retraining_checkpoint_written_before_resumes_exactly(tmp_path, capfd):
+    cfg = validate(CFG)
+    fresh = retrain(cfg, FIX / "decision.parquet", tmp_path / "fresh", tmp_path / "r0", progress=False)
+    (tmp_path / "r1").mkdir()
+    shutil.copy(FIX / "retrain_resume_checkpoint.pt", tmp_path / "r1/checkpoint.pt")
+    resumed = retrain(cfg, FIX / "decision.parquet", tmp_path / "resumed", tmp_path / "r1", progress=False)
+    assert "another run" not in capfd.readouterr().err
+    assert resumed["test_correct"] == fresh["test_correct"]
+    a = torch.load(tmp_path / "fresh/model.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "resumed/model.pt", weights_only=False)["model"]
+    assert _same(a, b)
