@@ -26,7 +26,7 @@ from .splits import (
     crop_flip,
     epoch_permutation,
     first_images,
-    load,
+    load_splits,
     shard_bounds,
     split_indices,
     test_batches,
@@ -36,6 +36,6 @@ from .splits import (
 __all__ = [
     "CIFAR10_FILES", "DATASETS", "DEFAULT_ROOTS", "FMNIST_FILES", "IMAGEFOLDER_SIZE", "MEAN_STD", "PAD",
     "DataError", "DataSpec", "DatasetInfo", "Splits", "StepSampler", "augment_params", "check_dataset", "crop_flip",
-    "data_spec", "dataset_info", "epoch_permutation", "first_images", "load", "shard_bounds", "split_indices",
+    "data_spec", "dataset_info", "epoch_permutation", "first_images", "load_splits", "shard_bounds", "split_indices",
     "test_batches", "test_size",
 ]

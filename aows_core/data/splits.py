@@ -3,7 +3,7 @@
 Splits of `DataSpec.seed`: ``search_val`` (held out of the official training set, only scores
 configurations during the search, §3), ``train`` (the rest; ``train_subset = N`` keeps the first N
 of a seeded permutation), ``calibration`` (drawn from train, for BatchNorm recalibration, §3) and
-``test`` (the official test split, read only by `test_batches`, never by `load`).
+``test`` (the official test split, read only by `test_batches`, never by `load_splits`).
 
 Training batches: epoch e is a permutation of (seed, epoch) cut into ``steps_per_epoch`` full global
 batches, so batch k of epoch e is always the same images and an iterator can start at any step
@@ -306,7 +306,7 @@ def _folder_eval(folder: Any, tf: Callable, indices: np.ndarray, bs: int, rank: 
     return _to_channels_last(iter(loader), spec.channels_last)
 
 
-def load(spec: DataSpec) -> Splits:
+def load_splits(spec: DataSpec) -> Splits:
     """Check and split the training set of a dataset (the test split is not read)."""
     root = spec.resolved_root
     if spec.name == "imagefolder":

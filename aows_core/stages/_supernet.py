@@ -18,14 +18,14 @@ def supernet_scorer(config: Mapping[str, Any], model_path: str | os.PathLike, sp
 
     from .. import artifacts
     from ..config import data_spec
-    from ..data import check_dataset, first_images, load
+    from ..data import check_dataset, first_images, load_splits
     from ..nets.scoring import SubnetScorer
     from ..nets.slimmable import SlimmableMobileNetV1
 
     torch.set_num_threads(int(config["supernet"]["threads"]))
     model = SlimmableMobileNetV1(space, channels_last=bool(config["supernet"]["channels_last"]))
     model.load_state_dict(artifacts.read_supernet_state(model_path, space))
-    splits = load(data_spec(config))
+    splits = load_splits(data_spec(config))
     check_dataset(splits.info, space)
     x_eval, y_eval = first_images(splits.search_val_batches(batch_size), n_eval)
     cal, _ = first_images(splits.calibration_batches(batch_size), n_cal)

@@ -34,7 +34,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 
     from .. import artifacts
     from ..config import data_spec, space_from_config
-    from ..data import check_dataset, load, test_batches
+    from ..data import check_dataset, load_splits, test_batches
     from ..evaluation import wilson_interval
     from ..nets.scoring import top1
     from ..artifacts.resume import clear_resume
@@ -51,7 +51,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     torch.set_num_threads(int(rt["threads"]))
 
     spec = data_spec(config, "retrain")
-    splits = load(spec)
+    splits = load_splits(spec)
     check_dataset(splits.info, space)
     res = train_network(config, space, channels, splits, resume_dir, progress=progress, stop_after=stop_after,
                         desc=f"retrain {row['method']} {row['target']}")

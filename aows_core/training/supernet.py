@@ -157,7 +157,7 @@ def checkpoint_state(run: _Run) -> dict[str, Any]:
 def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, device: str | None,
            target: str | None, ddp: Dist) -> _Run:
     """Data, model, optimiser, unaries estimator, run id and this rank's shard."""
-    from ..data import check_dataset, load, shard_bounds
+    from ..data import check_dataset, load_splits, shard_bounds
     from ..nets.slimmable import SlimmableMobileNetV1
     from ..search.sampler import TemperatureSchedule
     from ..search.unaries import EpochUnaries, WindowUnaries
@@ -166,7 +166,7 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
     E, W = int(sn["epochs"]), int(aw["warmup_epochs"])
     schedule = TemperatureSchedule(W, E) if method == "aows" else None
     spec = data_spec(config)
-    splits = load(spec)
+    splits = load_splits(spec)
     check_dataset(splits.info, space)
     steps = splits.steps_per_epoch
     R, B = int(sn["n_random"]), int(sn["batch_size"])

@@ -57,7 +57,7 @@ def test_fashion_mnist_info_and_shapes():
     x, y = raw_train()
     assert x.shape == (60000, 1, 28, 28) and x.dtype == torch.uint8
     assert sorted(y.unique().tolist()) == list(range(10))
-    sp = D.load(small())
+    sp = D.load_splits(small())
     xb, yb = next(sp.train_batches(0))
     assert xb.shape == (128, 1, 28, 28) and xb.dtype == torch.float32 and yb.dtype == torch.int64
     assert sp.steps_per_epoch == 2048 // 128 and sp.sizes == {"train": 2048, "search_val": 1000, "calibration": 256}
@@ -68,24 +68,24 @@ def test_fashion_mnist_info_and_shapes():
     assert n_test == 10000 and sorted(torch.cat(labels).unique().tolist()) == list(range(10))
     assert D.test_size(small()) == 10000
     # normalised pixels: roughly zero mean, unit std over the search-val images
-    xs = torch.cat([b for b, _ in D.load(small()).search_val_batches(1000)])
+    xs = torch.cat([b for b, _ in D.load_splits(small()).search_val_batches(1000)])
     assert abs(xs.mean().item()) < 0.1 and abs(xs.std().item() - 1) < 0.1
 
 
 @needs_fmnist
 def test_splits_disjoint_deterministic_and_nested():
-    full = D.load(small(train_subset=None))
+    full = D.load_splits(small(train_subset=None))
     tr, sv, cal = (full.indices[k] for k in ("train", "search_val", "calibration"))
     assert len(tr) == 59000 and len(sv) == 1000 and len(cal) == 256
     assert len(np.intersect1d(tr, sv)) == 0 and len(np.union1d(tr, sv)) == 60000  # a partition of train
     assert set(cal) <= set(tr) and len(set(cal)) == 256
-    sub = D.load(small())
+    sub = D.load_splits(small())
     assert np.array_equal(sub.indices["search_val"], sv)  # train_subset does not move the hold-out
     assert set(sub.indices["train"]) <= set(tr) and set(sub.indices["calibration"]) <= set(sub.indices["train"])
-    again = D.load(small())
+    again = D.load_splits(small())
     for k in sub.indices:
         assert np.array_equal(sub.indices[k], again.indices[k])
-    other = D.load(small(seed=4))
+    other = D.load_splits(small(seed=4))
     assert not np.array_equal(other.indices["search_val"], sv)
     # search_val images are the original training images at those indices, in that order, unaugmented
     x, y = raw_train()
@@ -100,7 +100,7 @@ def test_splits_disjoint_deterministic_and_nested():
 
 @needs_fmnist
 def test_every_epoch_shuffles_and_covers_the_split():
-    sp = D.load(small(augment=False))
+    sp = D.load_splits(small(augment=False))
     e0 = [y for _, y in sp.train_batches(0)]
     e1 = [y for _, y in sp.train_batches(1)]
     for y in e0[:3]:
@@ -113,9 +113,9 @@ def test_every_epoch_shuffles_and_covers_the_split():
 
 @needs_fmnist
 def test_resume_at_step_gives_the_same_batches():
-    sp = D.load(small())
+    sp = D.load_splits(small())
     full = list(sp.train_batches(2))
-    resumed = list(D.load(small()).train_batches(2, start_step=5))
+    resumed = list(D.load_splits(small()).train_batches(2, start_step=5))
     assert len(full) == sp.steps_per_epoch and len(resumed) == sp.steps_per_epoch - 5
     for (xa, ya), (xb, yb) in zip(full[5:], resumed):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
@@ -126,7 +126,7 @@ def test_resume_at_step_gives_the_same_batches():
 
 @needs_fmnist
 def test_two_rank_shards_concatenate_to_the_global_batch():
-    sp = D.load(small(channels_last=True))
+    sp = D.load_splits(small(channels_last=True))
     one = sp.train_batches(1)
     r0, r1 = sp.train_batches(1, rank=0, world_size=2), sp.train_batches(1, rank=1, world_size=2)
     for _ in range(3):
@@ -141,14 +141,14 @@ def test_two_rank_shards_concatenate_to_the_global_batch():
 
 @needs_fmnist
 def test_augmentation_changes_images_deterministically():
-    plain = next(D.load(small(augment=False)).train_batches(0, start_step=4))
-    aug = next(D.load(small()).train_batches(0, start_step=4))
-    aug2 = next(D.load(small()).train_batches(0, start_step=4))
+    plain = next(D.load_splits(small(augment=False)).train_batches(0, start_step=4))
+    aug = next(D.load_splits(small()).train_batches(0, start_step=4))
+    aug2 = next(D.load_splits(small()).train_batches(0, start_step=4))
     assert aug[0].shape == plain[0].shape and torch.equal(aug[1], plain[1])
     assert torch.equal(aug[0], aug2[0])
     changed = (aug[0] != plain[0]).flatten(1).any(1).float().mean().item()
     assert changed > 0.8  # P(no shift and no flip) = 1/50
-    nxt = next(D.load(small()).train_batches(0, start_step=5))[0]
+    nxt = next(D.load_splits(small()).train_batches(0, start_step=5))[0]
     assert not torch.equal(nxt, aug[0])
 
 
@@ -173,39 +173,39 @@ def test_fashion_mnist_layouts(tmp_path):
         spec = D.DataSpec(root=str(root), search_val=50, calibration=20, batch_size=32)
         info = D.dataset_info("fashion_mnist", root)
         assert (info.n_train, info.n_test) == (300, 50)
-        sp = D.load(spec)
+        sp = D.load_splits(spec)
         assert sp.sizes == {"train": 250, "search_val": 50, "calibration": 20} and sp.steps_per_epoch == 7
         assert sum(len(x) for x, _ in D.test_batches(spec)) == 50
 
 
 def test_fashion_mnist_errors(tmp_path):
     with pytest.raises(D.DataError, match="does not exist.*apt-get install dataset-fashion-mnist"):
-        D.load(D.DataSpec(root=str(tmp_path / "nowhere")))
+        D.load_splits(D.DataSpec(root=str(tmp_path / "nowhere")))
     with pytest.raises(D.DataError, match=r"no Fashion-MNIST train files.*train-images-idx3-ubyte.*data\.root"):
         D.dataset_info("fashion_mnist", tmp_path)
     fake_fmnist(tmp_path / "a")
     (tmp_path / "a" / "t10k-images-idx3-ubyte").unlink()
     with pytest.raises(D.DataError, match="no Fashion-MNIST test files"):  # checked early, not read
-        D.load(D.DataSpec(root=str(tmp_path / "a"), search_val=50, calibration=20, batch_size=32))
+        D.load_splits(D.DataSpec(root=str(tmp_path / "a"), search_val=50, calibration=20, batch_size=32))
     with pytest.raises(D.DataError, match="no Fashion-MNIST test files"):
         D.test_batches(D.DataSpec(root=str(tmp_path / "a")))
     (tmp_path / "a" / "t10k-images-idx3-ubyte").write_bytes(b"\x00\x00\x0d\x03junk")
     with pytest.raises(D.DataError, match="not an idx file"):
         next(D.test_batches(D.DataSpec(root=str(tmp_path / "a"))))
     with pytest.raises(D.DataError, match="not an idx file"):
-        D.load(D.DataSpec(root=str(tmp_path / "a"), search_val=50, calibration=20, batch_size=32))
+        D.load_splits(D.DataSpec(root=str(tmp_path / "a"), search_val=50, calibration=20, batch_size=32))
     fake_fmnist(tmp_path / "b")
     with open(tmp_path / "b" / "train-images-idx3-ubyte", "r+b") as f:  # truncated data
         f.truncate(1000)
     with pytest.raises(D.DataError, match="truncated or corrupt"):
-        D.load(D.DataSpec(root=str(tmp_path / "b"), search_val=50, calibration=20, batch_size=32))
+        D.load_splits(D.DataSpec(root=str(tmp_path / "b"), search_val=50, calibration=20, batch_size=32))
     fake_fmnist(tmp_path / "c")
     with pytest.raises(D.DataError, match="train_subset = 1000 exceeds the 250"):
-        D.load(D.DataSpec(root=str(tmp_path / "c"), search_val=50, train_subset=1000, calibration=0))
+        D.load_splits(D.DataSpec(root=str(tmp_path / "c"), search_val=50, train_subset=1000, calibration=0))
     with pytest.raises(D.DataError, match="fewer than data.batch_size"):
-        D.load(D.DataSpec(root=str(tmp_path / "c"), search_val=50, calibration=0, batch_size=512))
+        D.load_splits(D.DataSpec(root=str(tmp_path / "c"), search_val=50, calibration=0, batch_size=512))
     with pytest.raises(D.DataError, match="search_val = 300 leaves no training images"):
-        D.load(D.DataSpec(root=str(tmp_path / "c"), search_val=300))
+        D.load_splits(D.DataSpec(root=str(tmp_path / "c"), search_val=300))
 
 
 def test_spec_errors():
@@ -227,14 +227,14 @@ def test_check_space_names_both_sides(tiny_space):
 
 def test_cifar10_missing_root_is_explained(tmp_path):
     with pytest.raises(D.DataError, match=r"CIFAR-10 not found.*cifar-10-batches-py/\{data_batch_1.*data\.root.*download"):
-        D.load(D.DataSpec(name="cifar10", root=str(tmp_path)))
+        D.load_splits(D.DataSpec(name="cifar10", root=str(tmp_path)))
     with pytest.raises(D.DataError, match="set data.root"):
-        D.load(D.DataSpec(name="cifar10"))
+        D.load_splits(D.DataSpec(name="cifar10"))
     (tmp_path / "cifar-10-batches-py").mkdir()
     for f in D.CIFAR10_FILES:
         (tmp_path / "cifar-10-batches-py" / f).write_bytes(b"not a pickle")
     with pytest.raises(D.DataError, match="integrity check"):
-        D.load(D.DataSpec(name="cifar10", root=str(tmp_path / "cifar-10-batches-py")))
+        D.load_splits(D.DataSpec(name="cifar10", root=str(tmp_path / "cifar-10-batches-py")))
 
 
 # ------------------------------------------------------------------------------- ImageFolder
@@ -258,7 +258,7 @@ def test_imagefolder_loads_and_shards(tmp_path):
     info = D.dataset_info("imagefolder", tmp_path, image_size=8)
     assert (info.classes, info.channels, info.resolution, info.n_train, info.n_test) == (3, 3, (8, 8), 12, 6)
     assert info.class_names == ("ant", "bee", "cat")
-    sp = D.load(spec)
+    sp = D.load_splits(spec)
     assert sp.sizes == {"train": 9, "search_val": 3, "calibration": 2} and sp.steps_per_epoch == 2
     batches = list(sp.train_batches(0))
     assert len(batches) == 2 and batches[0][0].shape == (4, 3, 8, 8) and batches[0][1].dtype == torch.int64
