@@ -66,7 +66,8 @@ def absolute_target_checks(wildcards):
 
 def finalists(device):
     """(method, target) of every finalist of a device: all four methods at every target."""
-    fixed = [m for m in METHODS if m != "aows"]  # config.METHODS order: ows, greedy, uniform
+    # config.METHODS order: ows, greedy, uniform (aows only at its own targets)
+    fixed = [m for m in METHODS if m != "aows"]
     aows = [("aows", t) for t in aows_targets(config, device)]
     return [(m, t) for m in fixed for t in all_targets(device)] + aows
 
