@@ -388,8 +388,10 @@ def test_readme_commands_run_verbatim_or_dry_run(tiny_run, tmp_path):
                 r = subprocess.run(["aows", argv[1], "--help"], capture_output=True, text=True)
             elif argv[0].startswith("python"):  # bench/stage_times.py over a finished run's benchmarks
                 r = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, cwd=finished)
-            elif "--report" in argv or "--rulegraph" in argv:  # fast: verbatim, on a finished run
+            elif "--report" in argv:  # fast: verbatim, on a finished run
                 r = subprocess.run(argv, capture_output=True, text=True, cwd=finished)
+            elif "--rulegraph" in argv:  # fast: verbatim, on the default config (plans, runs nothing)
+                r = subprocess.run(argv, capture_output=True, text=True, cwd=default)
             else:  # a run of minutes to days: planned, not run
                 argv = ["2" if a == "N" else a for a in argv]
                 r = subprocess.run([*argv, "-n"], capture_output=True, text=True, cwd=default)
