@@ -36,10 +36,6 @@ STATISTICS = {
 DRIFT_WINDOW = 5
 
 
-class ProfilingError(RuntimeError):
-    """A profiling session that cannot start or resume safely."""
-
-
 @dataclass(frozen=True)
 class Job:
     """One timing of a profiling session (§4): its index, role, configuration and set."""
