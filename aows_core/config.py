@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import jsonschema
 import yaml
@@ -36,6 +36,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "greedy": ("seed", "space", "data", "supernet", "greedy"),
     "decide_baseline": ("space",),
     "retrain": ("seed", "space", "data", "retrain"),
+    "relabel": ("space",),
     "export": ("seed", "space", "data"),
     "proxy": ("seed", "space", "data", "supernet", "greedy"),
     "pareto": ("space",),
@@ -268,6 +269,24 @@ def retrain_seeds(config: Mapping) -> list[int]:
     return list(config["retrain"]["seeds"] or [config["seed"]])
 
 
+def net_key(channels: Sequence[int]) -> str:
+    """The name of a network in the workflow's paths: its widths joined by '-' (e.g. `16-32-64`).
+
+    Retraining is keyed by it (results/retrain/nets/{net}/seed{seed}/): finalists that decided the same
+    widths, whatever their method, target or device, share one training per seed."""
+    if not channels:
+        raise ValueError("a network needs at least one searchable width")
+    return "-".join(str(int(c)) for c in channels)
+
+
+def parse_net_key(text: str) -> list[int]:
+    """The widths a network name (`net_key`) or a comma-separated list names."""
+    parts = re.split(r"[-,]", str(text).strip())
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"malformed network {text!r}; write its searchable widths as 16-32-64 or 16,32,64")
+    return [int(p) for p in parts]
+
+
 def space_from_config(config: Mapping):
     """The SearchSpace a validated config describes."""
     from .space import get_space
@@ -307,7 +326,8 @@ class DataSpec:
     calibration: int = 2000  # images of the train split used for BatchNorm recalibration
     train_subset: int | None = None  # keep the first N of a seeded permutation of the train split
     batch_size: int = 128  # global training batch (all ranks together)
-    seed: int = 0
+    seed: int = 0  # the splits (train_subset, search_val, calibration); also the batches unless train_seed is set
+    train_seed: int | None = None  # batch order and augmentation only (None → seed): retraining with another seed
     channels_last: bool = False
     num_workers: int = 0  # DataLoader workers (imagefolder only)
     augment: bool = True  # crop + flip on training batches
@@ -345,15 +365,25 @@ class DataSpec:
             raise DataError(f"dataset {self.name!r} has no default location: set data.root to its folder")
         return Path(os.path.expanduser(str(root)))
 
+    @property
+    def batch_seed(self) -> int:
+        """The seed of the training batches' order and augmentation: train_seed, else seed."""
+        return self.seed if self.train_seed is None else int(self.train_seed)
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the settings (for provenance metadata)."""
-        return asdict(self)
+        """Plain dict of the settings (for provenance metadata); train_seed only when set, so a spec
+        with one seed records exactly what it did before train_seed existed."""
+        d = asdict(self)
+        if d["train_seed"] is None:
+            del d["train_seed"]
+        return d
 
 
 
-def data_spec(config: Mapping[str, Any], section: str | None = "supernet") -> DataSpec:
+def data_spec(config: Mapping[str, Any], section: str | None = "supernet", train_seed: int | None = None) -> DataSpec:
     """The DataSpec of a validated config: training batches of `section` ("supernet" or "retrain"), or
-    (section None) just the dataset, for reading test images."""
+    (section None) just the dataset, for reading test images. The splits always come from the top-level
+    seed; `train_seed` (a retraining seed) reseeds only the batches' order and augmentation."""
     d, seed = config["data"], int(config["seed"])
     if section is None:
         return DataSpec(name=d["dataset"], root=d["root"], download=d["download"], seed=seed)
@@ -361,5 +391,6 @@ def data_spec(config: Mapping[str, Any], section: str | None = "supernet") -> Da
     return DataSpec(
         name=d["dataset"], root=d["root"], download=d["download"], search_val=d["search_val"],
         calibration=d["calibration"], train_subset=d["train_subset"], batch_size=s["batch_size"],
-        seed=seed, channels_last=s["channels_last"], num_workers=d["num_workers"],
+        seed=seed, train_seed=None if train_seed is None or int(train_seed) == seed else int(train_seed),
+        channels_last=s["channels_last"], num_workers=d["num_workers"],
     )

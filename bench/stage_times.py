@@ -25,7 +25,8 @@ BUDGET = {
     "train_aows": 180,
     "decode": 10,
     "decide_baseline": 10,
-    "retrain": 400,
+    "retrain_net": 390,  # one training per distinct network and seed
+    "retrain": 10,  # each finalist's copy of its network's training
     "measure": 30,
     "proxy": 20,
     "pareto": 10,

@@ -13,10 +13,10 @@ _EXPORTS = {
     "schemas": ("META_KEY", "CHANNELS", "SCHEMAS"),
     "parquet": ("ArtifactError", "provenance", "write_table", "write_records", "read_table", "inspect", "notice",
                 "check_writable"),
-    "atomic": ("atomic_write", "write_text", "write_json", "save_onnx", "save_figure"),
+    "atomic": ("atomic_write", "copy_file", "write_text", "write_json", "save_onnx", "save_figure"),
     "readers": ("SPACE_WORDING", "DEVICE_WORDING", "require_space", "require_device", "read_configs", "read_latency",
-                "read_lut", "read_unaries", "write_decisions", "read_decisions", "read_decision", "read_trajectory",
-                "read_by_finalist"),
+                "read_lut", "read_unaries", "write_decisions", "read_decisions", "read_decision", "decision_channels",
+                "read_trajectory", "read_by_finalist"),
     "torchfiles": ("to_cpu", "save_torch", "load_torch", "read_supernet_state", "read_network", "read_epoch_checkpoint"),
     "journal": ("Journal",),
 }
@@ -39,13 +39,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the same names, for type checkers and editors
-    from .atomic import atomic_write, save_figure, save_onnx, write_json, write_text  # noqa: F401
+    from .atomic import atomic_write, copy_file, save_figure, save_onnx, write_json, write_text  # noqa: F401
     from .journal import Journal  # noqa: F401
     from .parquet import (ArtifactError, check_writable, inspect, notice, provenance, read_table,  # noqa: F401
                           write_records, write_table)
-    from .readers import (DEVICE_WORDING, SPACE_WORDING, read_by_finalist, read_configs, read_decision,  # noqa: F401
-                          read_decisions, read_latency, read_lut, read_trajectory, read_unaries, require_device,
-                          require_space, write_decisions)
+    from .readers import (DEVICE_WORDING, SPACE_WORDING, decision_channels, read_by_finalist, read_configs,  # noqa: F401
+                          read_decision, read_decisions, read_latency, read_lut, read_trajectory, read_unaries,
+                          require_device, require_space, write_decisions)
     from .schemas import CHANNELS, META_KEY, SCHEMAS  # noqa: F401
     from .torchfiles import (load_torch, read_epoch_checkpoint, read_network, read_supernet_state,  # noqa: F401
                              save_torch, to_cpu)

@@ -43,6 +43,13 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None], *, fsyn
         raise
 
 
+def copy_file(src: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Copy a file byte for byte, atomically (an artifact that is another's, under a second name)."""
+    import shutil
+
+    atomic_write(path, lambda tmp: shutil.copyfile(src, tmp))
+
+
 def write_text(text: str, path: str | os.PathLike, *, fsync: bool = False) -> None:
     """Write a text file atomically."""
     atomic_write(path, lambda tmp: tmp.write_text(text), fsync=fsync)

@@ -5,13 +5,15 @@ configurations during the search, §3), ``train`` (the rest; ``train_subset = N`
 of a seeded permutation), ``calibration`` (drawn from train, for BatchNorm recalibration, §3) and
 ``test`` (the official test split, read only by `test_batches`, never by `load_splits`).
 
-Training batches: epoch e is a permutation of (seed, epoch) cut into ``steps_per_epoch`` full global
-batches, so batch k of epoch e is always the same images and an iterator can start at any step
+Training batches: epoch e is a permutation of (batch seed, epoch) cut into ``steps_per_epoch`` full
+global batches, so batch k of epoch e is always the same images and an iterator can start at any step
 (exact resume). Augmentation (random crop of the zero-padded image + horizontal flip) draws from
-(seed, epoch, step) per image of the global batch; with ``world_size = w`` rank r takes images
-[r·B/w, (r+1)·B/w) of each global batch (`shard_bounds`), so one process and w processes see the
-same global stream. In-memory datasets augment whole uint8 batches; ImageFolder uses torchvision
-transforms in a DataLoader whose sampler gives each image its seed.
+(batch seed, epoch, step) per image of the global batch. The batch seed is `DataSpec.batch_seed`:
+``seed`` itself unless ``train_seed`` is set (a retraining seed), which reseeds the batches and never
+the splits. With ``world_size = w`` rank r takes images [r·B/w, (r+1)·B/w) of each global batch
+(`shard_bounds`), so one process and w processes see the same global stream. In-memory datasets
+augment whole uint8 batches; ImageFolder uses torchvision transforms in a DataLoader whose sampler
+gives each image its seed.
 """
 
 from __future__ import annotations
@@ -241,13 +243,13 @@ class Splits:
     def _memory_train(self, epoch: int, start_step: int, lo: int, hi: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Batches of the in-memory dataset (crop + flip on the uint8 batch, then normalise)."""
         b, spec, train = self.spec.batch_size, self.spec, self.indices["train"]
-        perm = epoch_permutation(len(train), spec.seed, epoch)
+        perm = epoch_permutation(len(train), spec.batch_seed, epoch)
         pad = PAD[self.info.name]
         for step in range(start_step, self.steps_per_epoch):
             idx = torch.as_tensor(train[perm[step * b + lo : step * b + hi]])
             x = self._images[idx]
             if spec.augment:
-                dy, dx, flip = augment_params(spec.seed, epoch, step, b, pad)
+                dy, dx, flip = augment_params(spec.batch_seed, epoch, step, b, pad)
                 x = crop_flip(x, dy[lo:hi], dx[lo:hi], flip[lo:hi], pad)
             yield self._norm(x), self._labels[idx]
 
@@ -255,14 +257,14 @@ class Splits:
         """Batches of the ImageFolder through a DataLoader and the step sampler."""
         spec = self.spec
         tf = self._train_tf if spec.augment else self._eval_tf
-        sampler = StepSampler(self.indices["train"], spec.batch_size, spec.seed, epoch, start_step, rank, world_size)
+        sampler = StepSampler(self.indices["train"], spec.batch_size, spec.batch_seed, epoch, start_step, rank, world_size)
         loader = torch.utils.data.DataLoader(
             _SeededImages(self._folder, tf),
             batch_size=spec.batch_size // world_size,
             sampler=sampler,
             num_workers=spec.num_workers,
             drop_last=True,
-            generator=torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch),
+            generator=torch.Generator().manual_seed(spec.batch_seed * 1_000_003 + epoch),
             persistent_workers=False,
         )
         return _to_channels_last(iter(loader), spec.channels_last)

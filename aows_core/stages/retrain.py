@@ -16,8 +16,11 @@ OUTPUTS = ("out_dir",)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config(p)
-    p.add_argument("--decision", required=True, help="a decisions parquet (one row)")
-    p.add_argument("--seed", type=int, help="this run's seed (default: the config's top-level seed)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--decision", help="a decisions parquet (one row): retrain its network, labelled as its finalist")
+    what.add_argument("--channels", help="or a network's searchable widths, 16-32-64 or 16,32,64 (no finalist label)")
+    p.add_argument("--seed", type=int, help="this run's seed: initialisation, batch order and augmentation; the "
+                                             "data splits stay the config's top-level seed's (default: that seed)")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--resume-dir", required=True, help="where the resume checkpoint lives (not an output)")
     p.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (resume later)")
@@ -25,36 +28,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, resume_dir,
-        seed: int | None = None, progress: bool = True, stop_after: int | None = None) -> dict[str, Any]:
-    """Retrain one decision's network from scratch (with `seed` instead of the config's, if given), then its
-    top-1 on the test split with a Wilson interval (§7); writes result.parquet and model.pt."""
+        seed: int | None = None, channels: str | None = None, progress: bool = True,
+        stop_after: int | None = None) -> dict[str, Any]:
+    """Retrain one decision's network (or the network `channels` names) from scratch, then its top-1 on the
+    test split with a Wilson interval (§7); writes result.parquet and model.pt.
+
+    `seed` (default: the config's top-level seed) drives initialisation, batch order and augmentation; the
+    splits (train_subset, search_val, calibration) always come from the top-level seed, so every seed of a
+    network trains and is compared on the same images."""
     from pathlib import Path
 
     import torch
 
     from .. import artifacts
-    from ..config import data_spec, space_from_config
+    from ..config import data_spec, net_key, parse_net_key, space_from_config
     from ..data import check_dataset, load_splits, test_batches
     from ..evaluation import wilson_interval
     from ..nets.scoring import top1
     from ..artifacts.resume import clear_resume
     from ..training.retrain import train_network
 
-    if seed is not None:
-        config = {**config, "seed": seed}
-    decision = inputs["decision"]
+    decision = inputs.get("decision")
+    if (decision is None) == (channels is None):
+        raise ValueError("retrain one network: give exactly one of a decision and channels")
     space = space_from_config(config)
-    rt, seed = config["retrain"], int(config["seed"])
-    row, _ = artifacts.read_decision(decision, space)
+    rt = config["retrain"]
+    seed = int(config["seed"]) if seed is None else int(seed)
+    if decision is not None:
+        row, _ = artifacts.read_decision(decision, space)
+    else:
+        row = {"method": None, "device": None, "target": None, "channels": parse_net_key(channels)}
+        space.indices(row["channels"])  # a clear error if outside the space
     channels = [int(c) for c in row["channels"]]
     out_dir, resume_dir = Path(outputs["out_dir"]), Path(resume_dir)
     torch.set_num_threads(int(rt["threads"]))
 
-    spec = data_spec(config, "retrain")
+    spec = data_spec(config, "retrain", train_seed=seed)
     splits = load_splits(spec)
     check_dataset(splits.info, space)
-    res = train_network(config, space, channels, splits, resume_dir, progress=progress, stop_after=stop_after,
-                        desc=f"retrain {row['method']} {row['target']}")
+    desc = f"retrain {row['method']} {row['target']}" if decision is not None else f"retrain {net_key(channels)}"
+    res = train_network(config, space, channels, splits, resume_dir, seed=seed, progress=progress,
+                        stop_after=stop_after, desc=desc)
     if not res.complete:
         return {"complete": False, "epoch": res.epoch, "step": res.step}
 
@@ -65,7 +79,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         "epochs": int(rt["epochs"]), "train_seconds": res.seconds, "final_train_loss": res.final_train_loss,
         "test_correct": correct, "test_n": n, "test_acc": correct / n, "test_acc_low": lo, "test_acc_high": hi,
     }
-    meta = artifacts.provenance(space, retrain=dict(rt), data=spec.to_dict(), decision=str(decision),
+    label = {"decision": str(decision)} if decision is not None else {"network": net_key(channels)}
+    meta = artifacts.provenance(space, retrain=dict(rt), data=spec.to_dict(), **label,
                                 interval="Wilson score, 95 %", schedule="linear warm-up, then cosine")
     artifacts.write_records([result], out_dir / "result.parquet", "retrain", meta)
     artifacts.save_torch({"space": space.to_dict(), "space_hash": space.hash, "channels": channels,
@@ -75,8 +90,11 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
+    from ..config import net_key
+
     if r["complete"]:
-        print(f"{r['method']} @ {r['target']}: test top-1 {100 * r['test_acc']:.2f} % "
+        who = f"{r['method']} @ {r['target']}" if r["method"] is not None else net_key(r["channels"])
+        print(f"{who}: test top-1 {100 * r['test_acc']:.2f} % "
               f"[{100 * r['test_acc_low']:.2f}, {100 * r['test_acc_high']:.2f}] (Wilson 95 %, n = {r['test_n']})")
     else:
         print(f"stopped at epoch {r['epoch']} step {r['step']}; rerun the same command to resume")

@@ -1,6 +1,8 @@
 """Retraining a decided configuration from scratch (§7): SGD (Nesterov), linear warm-up then cosine, label smoothing.
 
-Data order and augmentation derive from (seed, epoch, step), so a run killed at any step and resumed
+Initialisation derives from the run's seed, data order and augmentation from (seed, epoch, step) through
+the splits' batch seed (`DataSpec.batch_seed`; the splits themselves always come from the config's
+top-level seed, whatever the run's seed), so a run killed at any step and resumed
 from its last checkpoint (`artifacts.resume`, outside the declared outputs) ends with the same
 weights as an uninterrupted one. The stage evaluates the result once on the test split
 (`nets.scoring.top1`, `evaluation.wilson_interval`) and writes it.
@@ -32,9 +34,13 @@ def learning_rate(step: int, total: int, warmup: int, base: float) -> float:
     return 0.5 * base * (1 + math.cos(math.pi * min(1.0, u)))
 
 
-def run_id(config: Mapping[str, Any], channels: Sequence[int]) -> str:
-    """The id a retraining's resume checkpoint must carry (byte-identical to the pre-move formula)."""
-    return settings_hash({"settings": stage_settings(config, "retrain"), "channels": list(channels)})
+def run_id(config: Mapping[str, Any], channels: Sequence[int], seed: int | None = None) -> str:
+    """The id a retraining's resume checkpoint must carry: byte-identical to the pre-move formula for the
+    config's own seed; another run seed is added to it (such a run's splits are the config seed's)."""
+    key: dict[str, Any] = {"settings": stage_settings(config, "retrain"), "channels": list(channels)}
+    if seed is not None and int(seed) != int(config["seed"]):
+        key["seed"] = int(seed)
+    return settings_hash(key)
 
 
 @dataclass
@@ -56,12 +62,18 @@ class RetrainResult:
 
 
 def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Sequence[int], splits: Any,
-                  resume_dir: str | os.PathLike, *, progress: bool = True, stop_after: int | None = None,
-                  desc: str = "retrain") -> RetrainResult:
-    """Train the fixed-width MobileNet-v1 of `channels` from scratch on `splits` (§7), resumable at any step."""
+                  resume_dir: str | os.PathLike, *, seed: int | None = None, progress: bool = True,
+                  stop_after: int | None = None, desc: str = "retrain") -> RetrainResult:
+    """Train the fixed-width MobileNet-v1 of `channels` from scratch on `splits` (§7), resumable at any step.
+
+    `seed` (default: the config's top-level seed) initialises the weights; the batches are the splits'."""
     from ..nets.mobilenet import MobileNetV1
 
-    rt, seed = config["retrain"], int(config["seed"])
+    rt = config["retrain"]
+    seed = int(config["seed"]) if seed is None else int(seed)
+    if splits.spec.batch_seed != seed:
+        raise ValueError(f"the splits' batches are seeded with {splits.spec.batch_seed}, this run with {seed}: "
+                         f"load them with data_spec(config, 'retrain', train_seed={seed})")
     channels = [int(c) for c in channels]
     steps, E = splits.steps_per_epoch, int(rt["epochs"])
     total, warmup = E * steps, int(round(float(rt["warmup_epochs"]) * steps))
@@ -72,7 +84,7 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     opt = torch.optim.SGD(model.parameters(), lr=rt["lr"], momentum=rt["momentum"], weight_decay=rt["weight_decay"],
                           nesterov=rt["momentum"] > 0)
-    rid = run_id(config, channels)
+    rid = run_id(config, channels, seed)
     ckpt = Path(resume_dir) / "checkpoint.pt"
     pos = Position()
     acc = {"seconds": 0.0, "loss_sum": 0.0, "loss_n": 0, "t0": 0.0}

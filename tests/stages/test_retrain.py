@@ -38,15 +38,20 @@ def test_schedule_warms_up_linearly_then_decays_by_cosine():
     assert learning_rate(0, 100, 0, 1.0) == 1.0
 
 
+def write_decision(cfg, path, channels=None, method="ows", target="range:0.5"):
+    space = space_from_config(cfg)
+    row = {"method": method, "device": "flops", "target": target, "target_ms": 1.0, "unit": "MMAC",
+           "channels": channels or space.max_config, "predicted_latency_ms": 1.0, "objective": 0.0, "gamma": 0.0,
+           "dual_bound": 0.0, "gap": 0.0, "exact": True, "unvisited_policy": "exclude", "epoch": 0}
+    write_decisions([row], path, {"space_hash": space.hash, "space_name": space.name})
+    return path
+
+
 @pytest.fixture(scope="module")
 def decision(tmp_path_factory):
     d = tmp_path_factory.mktemp("retrain")
     cfg = validate(CFG)
-    space = space_from_config(cfg)
-    row = {"method": "ows", "device": "flops", "target": "range:0.5", "target_ms": 1.0, "unit": "MMAC",
-           "channels": space.max_config, "predicted_latency_ms": 1.0, "objective": 0.0, "gamma": 0.0,
-           "dual_bound": 0.0, "gap": 0.0, "exact": True, "unvisited_policy": "exclude", "epoch": 0}
-    write_decisions([row], d / "decision.parquet", {"space_hash": space.hash, "space_name": space.name})
+    write_decision(cfg, d / "decision.parquet")
     full = retrain(cfg, d / "decision.parquet", d / "full", d / "resume_full", progress=False)
     return cfg, d, full
 
@@ -94,3 +99,88 @@ def test_a_checkpoint_of_other_settings_starts_afresh_and_a_finished_run_clears_
     assert "belongs to another run" in capfd.readouterr().err
     assert done["test_correct"] == full["test_correct"]  # exactly a fresh run
     assert not (tmp_path / "resume").exists() and not (d / "resume_full").exists()
+
+
+def test_retraining_seeds_share_the_splits_but_not_the_batches(tmp_path, monkeypatch):
+    """Regression (issue 12, defect 4): a retraining seed reseeded the data split, so the spread over seeds mixed
+    training subsets. Now every seed trains on the top-level seed's train / search_val / calibration images, in
+    its own batch order and augmentation, from its own initialisation."""
+    from aows_core import data
+    from aows_core.config import data_spec
+    from aows_core.stages import retrain as stage
+
+    cfg = validate({**CFG, "seed": 3})
+    decision = write_decision(cfg, tmp_path / "decision.parquet")
+    real, seen = data.load_splits, {}
+
+    def spy(spec):
+        seen[spec.batch_seed] = real(spec)
+        return seen[spec.batch_seed]
+
+    monkeypatch.setattr(data, "load_splits", spy)
+    for seed in (3, 4):
+        r = stage.run(cfg, {"decision": decision}, {"out_dir": tmp_path / f"out{seed}"}, resume_dir=tmp_path / f"r{seed}",
+                      seed=seed, progress=False, stop_after=2)
+        assert not r["complete"]
+    a, b = seen[3], seen[4]
+    assert a.spec.seed == b.spec.seed == 3
+    for split in ("train", "search_val", "calibration"):
+        assert (a.indices[split] == b.indices[split]).all(), split
+    (xa, ya), (xb, yb) = (next(iter(s.train_batches(0))) for s in (a, b))
+    assert not torch.equal(ya, yb) and not torch.equal(xa, xb)  # another order (and augmentation)
+    # the config's own seed: exactly the spec (and provenance) of before the split seed was kept apart
+    assert a.spec == data_spec(cfg, "retrain") and "train_seed" not in a.spec.to_dict()
+    assert b.spec.to_dict()["train_seed"] == 4
+    # each seed resumes only its own checkpoint, initialised by its own seed
+    ckpt = lambda s: torch.load(tmp_path / f"r{s}/checkpoint.pt", weights_only=False)
+    assert ckpt(3)["run_id"] != ckpt(4)["run_id"]
+    w3, w4 = ckpt(3)["model"], ckpt(4)["model"]
+    assert any(not torch.equal(w3[k], w4[k]) for k in w3 if w3[k].is_floating_point())
+
+
+def test_the_config_seed_keeps_the_run_id_of_before():
+    from aows_core.config import settings_hash, stage_settings
+    from aows_core.training.retrain import run_id
+
+    cfg = validate({**CFG, "seed": 3})
+    before = settings_hash({"settings": stage_settings(cfg, "retrain"), "channels": [8, 16]})
+    assert run_id(cfg, [8, 16]) == run_id(cfg, [8, 16], 3) == before
+    # another seed: neither the config's run nor the run of before (which split its data by that seed)
+    old_seed4 = settings_hash({"settings": stage_settings({**cfg, "seed": 4}, "retrain"), "channels": [8, 16]})
+    assert run_id(cfg, [8, 16], 4) not in (before, old_seed4)
+
+
+def test_network_names_round_trip_and_bad_ones_are_refused():
+    from aows_core.config import net_key, parse_net_key
+
+    assert net_key([8, 16, 24]) == "8-16-24" and parse_net_key("8-16-24") == parse_net_key("8,16,24") == [8, 16, 24]
+    for bad in ("", "8--16", "8-x", "0-8", "-8"):
+        with pytest.raises(ValueError, match="malformed network"):
+            parse_net_key(bad)
+
+
+def test_relabel_gives_a_networks_training_to_each_finalist_that_decided_it(tmp_path):
+    """Finalists that decided the same widths share one training: `aows relabel` writes it under each one's name."""
+    from aows_core.stages import relabel
+
+    cfg = validate(CFG)
+    space = space_from_config(cfg)
+    net = tmp_path / "nets/x/seed0"
+    row = {"method": None, "device": None, "target": None, "channels": space.max_config, "seed": 0, "epochs": 1,
+           "train_seconds": 1.0, "final_train_loss": 0.5, "test_correct": 7, "test_n": 10, "test_acc": 0.7,
+           "test_acc_low": 0.4, "test_acc_high": 0.9}
+    io.write_records([row], net / "result.parquet", "retrain", io.provenance(space, network="x"))
+    io.save_torch({"space_hash": space.hash, "channels": space.max_config, "model": {}}, net / "model.pt")
+    for method, target in (("ows", "range:0.5"), ("greedy", "range:0.8")):
+        dec = write_decision(cfg, tmp_path / f"{method}.parquet", method=method, target=target)
+        out = tmp_path / method
+        relabel.run(cfg, {"decision": dec, "result": net / "result.parquet", "model": net / "model.pt"},
+                    {"out_dir": out})
+        table, meta = io.read_table(out / "result.parquet", "retrain")
+        assert table.to_pylist() == [{**row, "method": method, "device": "flops", "target": target}]
+        assert meta["decision"] == str(dec) and meta["trained"] == str(net / "result.parquet")
+        assert (out / "model.pt").read_bytes() == (net / "model.pt").read_bytes()
+    other = write_decision(cfg, tmp_path / "other.parquet", channels=space.min_config)
+    with pytest.raises(io.ArtifactError, match="decided"):
+        relabel.run(cfg, {"decision": other, "result": net / "result.parquet", "model": net / "model.pt"},
+                    {"out_dir": tmp_path / "o"})

@@ -46,8 +46,8 @@ def preset_ids():
 def job_blocks(stdout):
     """(rule, wildcards line, resources dict, shell command or None) of every job of a dry run."""
     blocks = []
-    for chunk in re.split(r"\n(?=(?:local)?rule \w+:)", stdout):
-        m = re.match(r"(?:local)?rule (\w+):", chunk)
+    for chunk in re.split(r"\n(?=(?:local)?(?:rule|checkpoint) \w+:)", stdout):
+        m = re.match(r"(?:local)?(?:rule|checkpoint) (\w+):", chunk)
         if not m:
             continue
         res = re.search(r"^\s+resources: (.*)$", chunk, re.M)
@@ -157,12 +157,15 @@ def test_cluster_profiles_give_every_job_its_resources(profile, tmp_path):
         assert needed >= {"mem_mb_per_cpu", "runtime", "gpu", "queue"}
     jobs = [b for b in job_blocks(r.stdout) if b[3] is not None]  # jobs that are submitted
     rules = {rule for rule, *_ in jobs}
-    assert {"profile", "measure", "train_ows", "train_aows", "greedy_trajectory", "retrain"} <= rules
+    assert {"profile", "measure", "train_ows", "train_aows", "greedy_trajectory", "decode", "retrain"} <= rules
+    # retrain_net jobs are known once the decisions exist (checkpoints), so a dry run shows none: the profile's
+    assert needed <= set(settings["set-resources"]["retrain_net"]) | set(settings["default-resources"])
+    assert str(settings["set-resources"]["retrain_net"]["gpu"]) == "1"
     for rule, wildcards, res, _ in jobs:
         assert needed <= set(res), (rule, needed - set(res))
         if rule in ("train_ows", "train_aows"):  # one GPU per data-parallel process
             assert res["gpu"] == str(processes), rule
-        if rule in ("greedy_trajectory", "retrain"):
+        if rule in ("greedy_trajectory", "retrain_net"):
             assert res["gpu"] == "1", rule
         if rule in ("profile", "measure"):  # timing: on the modelled hardware, alone on the node
             assert res["gpu"] == ("1" if "device=cuda" in wildcards else "0"), (rule, wildcards)

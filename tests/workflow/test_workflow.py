@@ -51,6 +51,7 @@ def tiny_run(tmp_path_factory):
     (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
     r = smk(wd, "all", "latency_models", "decisions", *RETRAINED)
     assert r.returncode == 0, r.stderr[-3000:]
+    (wd / "tiny_run.log").write_text(r.stdout + r.stderr)  # the jobs it ran
     return wd
 
 
@@ -156,6 +157,59 @@ def test_tiny_end_to_end_run_writes_every_artifact(tiny_run):
     assert "c_in: int32" in out.stdout and '"space_hash"' in out.stdout
 
 
+def _finalist_results(wd):
+    """{results/retrain/{device}/{method}/{target}/seed{s}/result.parquet: (row, metadata)} of a run."""
+    return {str(p.relative_to(wd)): (io.read_table(p, "retrain")[0].to_pylist()[0], io.read_table(p, "retrain")[1])
+            for p in sorted((wd / "results/retrain").glob("*/*/*/seed*/result.parquet"))}
+
+
+def test_finalists_that_decided_one_network_share_one_training_per_seed(tiny_run, tmp_path):
+    """Issue 12, defect 4: identical (channels, seed) finalists were each retrained. Every finalist's result is its
+    network's (results/retrain/nets/{widths}/seed{s}/), trained once per seed whichever methods, targets and devices
+    decided it."""
+    from aows_core.config import net_key, retrain_seeds, space_from_config, validate
+
+    finalists = _finalist_results(tiny_run)
+    assert len(finalists) == 2 * 10 * len(retrain_seeds(validate(TINY)))  # (3 methods × 3 targets + aows) × 2 devices
+    nets = {}
+    for rel, (row, meta) in finalists.items():
+        device, method, target, seed = rel.split("/")[2:6]
+        assert (row["device"], row["method"], row["target"], f"seed{row['seed']}") == (device, method, target, seed)
+        net = f"results/retrain/nets/{net_key(row['channels'])}/{seed}"
+        assert meta["trained"] == f"{net}/result.parquet" and meta["decision"].endswith(f"{method}/{target}.parquet")
+        trained = io.read_table(tiny_run / meta["trained"], "retrain")[0].to_pylist()[0]
+        assert {**trained, "method": method, "device": device, "target": target} == row
+        assert (tiny_run / rel).with_name("model.pt").read_bytes() == (tiny_run / net / "model.pt").read_bytes()
+        nets.setdefault(net, []).append(rel)
+    trained = {str(p.parent.relative_to(tiny_run)) for p in (tiny_run / "results/retrain/nets").glob("*/*/result.parquet")}
+    assert trained == set(nets)  # no network trained that no finalist decided
+    assert max(map(len, nets.values())) >= 2  # twins (uniform at range:0.5 and range:0.8, at least) …
+    log = (tiny_run / "tiny_run.log").read_text()
+    assert log.count("rule retrain_net:") == len(nets) < len(finalists)  # … trained once
+
+    # Greedy and uniform both decide the largest network at a target above it: with two retraining seeds, that
+    # network trains once per seed for the four (method, seed) results.
+    wd = copy_run(tiny_run, tmp_path / "seeds")
+    cfg = json.loads(json.dumps(TINY))
+    cfg["decode"]["device_targets"] = {"flops": [*TINY["decode"]["targets"], "100000mflops"]}
+    cfg["retrain"]["seeds"] = [0, 1]
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
+    space = space_from_config(validate(cfg))
+    assert not (wd / f"results/retrain/nets/{net_key(space.max_config)}").exists()
+    wanted = [f"results/retrain/flops/{m}/100000mflops/seed{s}/result.parquet"
+              for m in ("greedy", "uniform") for s in (0, 1)]
+    r = smk(wd, *wanted, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    assert out.count("rule retrain_net:") == 2 and out.count("localrule retrain:") == 4, out[-3000:]
+    rows = [_finalist_results(wd)[w][0] for w in wanted]
+    assert all(r["channels"] == space.max_config for r in rows)
+    for seed in (0, 1):
+        a, b = (r for r in rows if r["seed"] == seed)
+        assert {**a, "method": "uniform"} == b  # one training, two finalists
+    assert rows[0]["test_correct"] != rows[1]["test_correct"] or rows[0]["final_train_loss"] != rows[1]["final_train_loss"]
+
+
 def test_decisions_meet_their_targets(tiny_run):
     for path in (tiny_run / "results/decisions").glob("*/*/*.parquet"):
         (row,) = io.read_table(path, "decisions")[0].to_pylist()
@@ -193,11 +247,11 @@ def test_second_run_does_nothing_and_a_setting_reruns_only_its_stages(tiny_run):
     cfg = json.loads(json.dumps(TINY))
     cfg["decode"]["targets"] = ["range:0.3", "range:0.6"]
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
-    out = smk(wd, "-n", "all").stdout
+    plan = planned(smk(wd, "-n", "all").stdout)
     for rule in ("decode", "decide_baseline", "retrain", "measure", "pareto"):
-        assert f"rule {rule}:" in out, rule
+        assert rule in plan, rule
     for rule in ("sample_configs", "profile", "fit_lut", "train_ows", "train_aows", "greedy_trajectory"):
-        assert f"rule {rule}:" not in out, rule
+        assert rule not in plan, rule
     (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
 
 
@@ -265,8 +319,9 @@ def test_a_changed_setting_reruns_exactly_its_jobs_and_equals_a_fresh_run(tiny_r
     (wd / "config.yaml").write_text(yaml.safe_dump(CHANGED))
     target = "results/pareto_synth.pdf"
     plan = planned(smk(wd, "-n", target).stdout)
-    assert set(plan) == {"train_ows", "train_aows", "greedy_trajectory", "decode", "decide_baseline", "retrain",
-                         "measure", "proxy", "pareto"}, plan
+    # retrain_net: the networks of the unchanged uniform decisions (the others are known once decided)
+    assert set(plan) == {"train_ows", "train_aows", "greedy_trajectory", "decode", "decide_baseline", "retrain_net",
+                         "retrain", "measure", "proxy", "pareto"}, plan
     assert plan["decide_baseline"] == 3  # greedy reads the new trajectory; uniform reads only the LUT
     uniform = wd / "results/decisions/synth/uniform/range:0.3.parquet"
     lut, before = wd / "results/lut/synth/lut.parquet", {}
@@ -337,7 +392,10 @@ def test_config_overlays_on_the_command_line_and_an_empty_aows_list(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     plan = planned(r.stdout)
     assert "train_aows" not in plan and plan["train_ows"] == 1 and plan["proxy"] == 2
-    assert plan["retrain"] == 2 * 3 * 2  # ows, greedy, uniform at the two decode targets, on both devices
+    from aows_core.config import retrain_seeds, validate
+
+    # ows, greedy, uniform at the two decode targets, on both devices, for every retraining seed
+    assert plan["retrain"] == 2 * 3 * 2 * len(retrain_seeds(validate(TINY)))
 
 
 # ---------------------------------------------------------------------------- the README's commands

@@ -7,8 +7,10 @@ import json
 
 from aows_core.config import (
     METHODS,
+    SUPERNET_METHODS,
     aows_targets,
     device_targets,
+    net_key,
     parse_target,
     retrain_seeds,
     settings_hash,
@@ -82,6 +84,23 @@ def finalist_files(pattern):
             for s in retrain_seeds(config)
         )
     )
+
+
+def trained_network(name):
+    """Input function: file `name` of the retraining (this seed) of the network a finalist decided,
+    known once its decision exists (decode and decide_baseline are checkpoints): finalists that
+    decided the same widths share one training."""
+
+    def network_file(wildcards):
+        from aows_core.artifacts import decision_channels
+
+        supernet = wildcards.method in SUPERNET_METHODS
+        decided = checkpoints.decode if supernet else checkpoints.decide_baseline
+        finalist = {k: wildcards[k] for k in ("device", "method", "target")}
+        net = net_key(decision_channels(decided.get(**finalist).output[0]))
+        return f"results/retrain/nets/{net}/seed{wildcards.seed}/{name}"
+
+    return network_file
 
 
 def supernet_runs(device):

@@ -4,10 +4,13 @@ Inputs:  results/supernet/ows/unaries.parquet (OWS: one supernet for every devic
          results/supernet/aows/{device}/{target}/unaries.parquet (AOWS: one per device and target),
          results/lut/{device}/lut.parquet
 Outputs: results/decisions/{device}/{method}/{target}.parquet (the decisions contract)
+
+decode and decide_baseline are checkpoints: a finalist's retraining is that of the network its decision
+names (rules/retrain.smk), known only once the decision exists.
 """
 
 
-rule decode:
+checkpoint decode:
     input:
         unaries=unaries_of,
         lut="results/lut/{device}/lut.parquet",
@@ -53,7 +56,7 @@ rule greedy_trajectory:
         "aows greedy --config-json {params.cfg:q} --model {input.model:q} --out {output:q} --quiet > {log:q} 2>&1"
 
 
-rule decide_baseline:
+checkpoint decide_baseline:
     input:
         unpack(baseline_inputs),
         lut="results/lut/{device}/lut.parquet",

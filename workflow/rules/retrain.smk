@@ -1,23 +1,23 @@
-"""Retraining the finalists from scratch (§7): one fixed-width network per decision.
+"""Retraining the finalists from scratch (§7): one training per distinct network and seed.
 
-Inputs:  results/decisions/{device}/{method}/{target}.parquet
-Outputs: results/retrain/{device}/{method}/{target}/seed{seed}/{result.parquet,model.pt}, one per retrain seed
+Inputs:  results/decisions/{device}/{method}/{target}.parquet (checkpoints: the network is read from it)
+Outputs: results/retrain/nets/{net}/seed{seed}/{result.parquet,model.pt}, {net} = the widths (16-32-64):
+         trained once per retrain seed for every finalist, of any method, target or device, that decided them
+         results/retrain/{device}/{method}/{target}/seed{seed}/{result.parquet,model.pt}: the finalist's copy
          results/export/{device}/{method}/{target}/seed{seed}/{model.onnx,state_dict.pt,export.json}
 """
 
 
-rule retrain:
-    input:
-        decision="results/decisions/{device}/{method}/{target}.parquet",
+rule retrain_net:
     output:
-        result="results/retrain/{device}/{method}/{target}/seed{seed}/result.parquet",
-        model="results/retrain/{device}/{method}/{target}/seed{seed}/model.pt",
+        result="results/retrain/nets/{net}/seed{seed}/result.parquet",
+        model="results/retrain/nets/{net}/seed{seed}/model.pt",
     log:
-        "results/logs/retrain_{device}_{method}_{target}_seed{seed}.log",
+        "results/logs/retrain_net_{net}_seed{seed}.log",
     benchmark:
-        "results/benchmarks/retrain_{device}_{method}_{target}_seed{seed}.tsv"
+        "results/benchmarks/retrain_net_{net}_seed{seed}.tsv"
     wildcard_constraints:
-        method="aows|ows|greedy|uniform",
+        net=r"\d+(?:-\d+)*",
         seed=r"\d+",
     conda:
         "../../envs/aows.yaml"
@@ -29,11 +29,40 @@ rule retrain:
     params:
         cfg=settings("retrain"),
         stamp=stamp("retrain"),
+        out="results/retrain/nets/{net}/seed{seed}",
+    shell:
+        "aows retrain --config-json {params.cfg:q} --channels {wildcards.net} --out-dir {params.out:q} "
+        "--seed {wildcards.seed} --resume-dir results/.resume/retrain/nets/{wildcards.net}/seed{wildcards.seed} --quiet "
+        "> {log:q} 2>&1"
+
+
+# A finalist's result is its network's, relabelled with its method, device and target (model.pt copied):
+# a local job of a second.
+rule retrain:
+    input:
+        decision="results/decisions/{device}/{method}/{target}.parquet",
+        result=trained_network("result.parquet"),
+        model=trained_network("model.pt"),
+    output:
+        result="results/retrain/{device}/{method}/{target}/seed{seed}/result.parquet",
+        model="results/retrain/{device}/{method}/{target}/seed{seed}/model.pt",
+    log:
+        "results/logs/retrain_{device}_{method}_{target}_seed{seed}.log",
+    benchmark:
+        "results/benchmarks/retrain_{device}_{method}_{target}_seed{seed}.tsv"
+    wildcard_constraints:
+        method="aows|ows|greedy|uniform",
+        seed=r"\d+",
+    localrule: True
+    conda:
+        "../../envs/aows.yaml"
+    params:
+        cfg=settings("relabel"),
+        stamp=stamp("relabel"),
         out="results/retrain/{device}/{method}/{target}/seed{seed}",
     shell:
-        "aows retrain --config-json {params.cfg:q} --decision {input.decision:q} --out-dir {params.out:q} "
-        "--seed {wildcards.seed} --resume-dir results/.resume/retrain/{wildcards.device}/{wildcards.method}/{wildcards.target}/seed{wildcards.seed} --quiet "
-        "> {log:q} 2>&1"
+        "aows relabel --config-json {params.cfg:q} --decision {input.decision:q} --result {input.result:q} "
+        "--model {input.model:q} --out-dir {params.out:q} > {log:q} 2>&1"
 
 
 rule export:
