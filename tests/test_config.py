@@ -116,7 +116,7 @@ def test_inspect_of_a_config_validates_it_instead_of_advising_to_delete_it(tmp_p
     import subprocess
 
     r = subprocess.run(["aows", "inspect", "config.yaml"], capture_output=True, text=True)
-    assert r.returncode == 0 and "valid aows configuration" in r.stdout and "train_subset: 3000" in r.stdout
+    assert r.returncode == 0 and "valid aows configuration" in r.stdout and "train_subset: 10000" in r.stdout
     (tmp_path / "c.yaml").write_text("profiling: {repeat: 3}\n")
     r = subprocess.run(["aows", "inspect", str(tmp_path / "c.yaml")], capture_output=True, text=True)
     assert r.returncode == 2 and "unknown key(s) ['repeat']" in r.stderr and "delete" not in r.stderr

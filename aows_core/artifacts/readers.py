@@ -87,7 +87,10 @@ def read_lut(path: str | os.PathLike, space: SearchSpace, device: str | None = N
 
 
 def read_unaries(path: str | os.PathLike, space: SearchSpace, epoch: int | None = None) -> tuple[list[np.ndarray], dict, int]:
-    """Per-node unaries δ of eq. average_error (NaN where count = 0) of one epoch (default: the last)."""
+    """Per-node unaries δ of eq. average_error (NaN where count = 0) of one epoch (default: the last).
+
+    Where an epoch holds both, the frozen-weight estimate is read, not the training-time one (D26).
+    """
     table, meta = read_table(path, "unaries")
     require_space(meta, space, path, "unaries")
     epochs = table.column("epoch").to_numpy()
@@ -96,11 +99,15 @@ def read_unaries(path: str | os.PathLike, space: SearchSpace, epoch: int | None 
     chosen = int(epochs.max()) if epoch is None or epoch < 0 else int(epoch)
     if chosen not in set(epochs.tolist()):
         raise ValueError(f"{path} has no epoch {chosen}; available epochs: {sorted(set(epochs.tolist()))}")
+    est = np.asarray([e or "training" for e in table.column("estimator").to_pylist()], dtype=object)
     sel = epochs == chosen
+    estimator = "frozen" if (est[sel] == "frozen").any() else "training"
+    sel &= est == estimator
     layers = table.column("layer").to_numpy()[sel]
     widths = table.column("width").to_numpy()[sel]
     counts = table.column("count").to_numpy()[sel]
     deltas = table.column("delta").to_numpy(zero_copy_only=False)[sel].astype(np.float64)
+    meta = {**meta, "estimator": estimator}
     return node_deltas(space, layers, widths, counts, deltas, path, epoch=chosen, error=ArtifactError), meta, chosen
 
 
@@ -130,6 +137,14 @@ def read_decision(path: str | os.PathLike, space: SearchSpace) -> tuple[dict[str
     if len(rows) != 1:
         raise ArtifactError(f"{path} holds {len(rows)} decisions; a retraining trains exactly one (one target per file)")
     return rows[0], meta
+
+
+def decision_channels(path: str | os.PathLike) -> list[int]:
+    """The widths a one-decision artifact decided (the workflow keys a finalist's retraining by them)."""
+    rows = read_table(path, "decisions")[0].column("channels").to_pylist()
+    if len(rows) != 1:
+        raise ArtifactError(f"{path} holds {len(rows)} decisions; a retraining trains exactly one (one target per file)")
+    return [int(c) for c in rows[0]]
 
 
 def read_trajectory(path: str | os.PathLike, space: SearchSpace) -> tuple[pa.Table, dict]:

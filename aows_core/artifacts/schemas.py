@@ -91,8 +91,10 @@ SCHEMAS: Mapping[str, pa.Schema] = MappingProxyType({
             ("layer", pa.int16()),
             ("width", pa.int32()),
             ("delta", pa.float64()),
+            ("delta_se", pa.float64()),
             ("count", pa.int64()),
             ("epoch", pa.int32()),
+            ("estimator", pa.string()),
         ]
     ),
     "decisions": pa.schema(
@@ -111,6 +113,7 @@ SCHEMAS: Mapping[str, pa.Schema] = MappingProxyType({
             ("exact", pa.bool_()),
             ("unvisited_policy", pa.string()),
             ("epoch", pa.int32()),
+            ("width_signal_z", pa.float64()),
         ]
     ),
     "lut_predictions": pa.schema(
@@ -258,6 +261,12 @@ SCHEMAS: Mapping[str, pa.Schema] = MappingProxyType({
             ("gamma", pa.float64()),
             ("temperature", pa.float64()),
             ("scale", pa.float64()),
+            ("entropy", pa.float64()),
+            ("sampled_latency", pa.float64()),
+            ("gamma_zero_share", pa.float64()),
+            ("width_signal", pa.float64()),
+            ("width_signal_se", pa.float64()),
+            ("unaries_r2", pa.float64()),
         ]
     ),
 })

@@ -642,6 +642,17 @@ class Marginals:
         P /= P.sum()
         return P[: ch.counts[i], : ch.counts[i + 1]]
 
+    def mean_entropy(self) -> float:
+        """Mean over nodes with several allowed choices of H(p_i) / log(#allowed): 1 uniform, 0 a single path."""
+        hs = []
+        for i, k in enumerate(self.chain.counts):
+            p = self._p[i, :k]
+            m = int((self.chain.allowed[i, :k]).sum())
+            if m > 1:
+                q = p[p > 0]
+                hs.append(float(-(q * np.log(q)).sum() / np.log(m)))
+        return float(np.mean(hs)) if hs else 0.0
+
     def sample_per_node(self, size: int, rng: np.random.Generator) -> np.ndarray:
         """(size, n+1) configurations, each node drawn independently from p_i (the paper's §6 reading)."""
         cdf = np.cumsum(self._p, axis=1)

@@ -60,6 +60,20 @@ def decide(
     return rows
 
 
+# Σδ(min) − Σδ(max) below this many standard errors: the unaries carry no detectable width signal.
+Z_DETECT = 3.0
+
+
+def width_signal_note(z: float | None) -> str | None:
+    """The plain warning a decision carries when its unaries show no width signal beyond noise (or None)."""
+    if z is None or not z >= Z_DETECT:
+        return (f"no width signal detectable: the max network beats the min network under these unaries by "
+                f"z = {z if z is not None else float('nan'):.2f} standard errors (< {Z_DETECT:g}); the decisions follow "
+                f"noise, not accuracy. Train the supernet longer (supernet.epochs, data.train_subset) or estimate "
+                f"the unaries on more configurations (supernet.estimate_configs).")
+    return None
+
+
 def sum_delta(unaries: Sequence[np.ndarray], idx: np.ndarray) -> float:
     """Σ_i δ_i(c_i) of a configuration's node indices (§5 eq. unaries; NaN if a width was never visited)."""
     return float(sum(u[int(k)] for u, k in zip(unaries, idx)))

@@ -4,9 +4,11 @@ After the uniform warm-up, each iteration samples the batch's configurations fro
 (§6) of E_γ(c) = Σ_i δ_i(c_i) + γ Σ_i L_i(c_i, c_{i+1}) (eq. viterbi), with γ the Lagrange multiplier
 of the constrained decode (eq. lagrange) at the current unaries and target, and T annealed per
 iteration: log-linear through (u, T) = (0, 1), (1/15, 1e-2), (1/3, 1e-3), (1, 5e-4), u = (epochs
-elapsed − W) / (E − W) (supplementary B; docs/method.md D19). T applies to E/s, s the standard
-deviation of E_γ over fixed uniform draws (`temperature_scale`, D18). Sampling "per_node" (default)
-or "joint" (D20). The uniform samplers of the warm-up and of OWS are here too. Numpy only.
+elapsed − W) / (E − W) (supplementary B; docs/method.md D19). T applies to E/s: with scale "auto",
+s is calibrated so that T = 1 gives nearly uniform marginals (mean normalised entropy
+UNIFORM_ENTROPY), the paper's starting point, whatever the unaries' units (`calibrate_scale`, D18).
+Sampling "per_node" (default) or "joint" (D20). The uniform samplers of the warm-up and of OWS are
+here too. Numpy only.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from .targets import lut_tables
 # (u, T) anchors of supplementary B, u = (epochs elapsed − W) / (E − W).
 ANCHORS: tuple[tuple[float, float], ...] = ((0.0, 1.0), (1.0 / 15.0, 1e-2), (1.0 / 3.0, 1e-3), (1.0, 5e-4))
 MODES = ("per_node", "joint")
+# Mean normalised marginal entropy at T = 1 under the "auto" scale (D18): nearly uniform, as in §6.
+UNIFORM_ENTROPY = 0.9
 
 
 def temperature_at(u: float, anchors: Sequence[tuple[float, float]] = ANCHORS) -> float:
@@ -74,33 +78,26 @@ def _map_uniform(obj: SearchSpace | Chain, u: np.ndarray) -> np.ndarray:
     return out
 
 
-def temperature_scale(
-    chain: Chain | Sequence[np.ndarray],
-    latency: Sequence[np.ndarray] | None = None,
-    gamma: float = 0.0,
-    rng: np.random.Generator | None = None,
-    n: int = 1000,
-    *,
-    uniforms: np.ndarray | None = None,
-) -> float:
-    """s = standard deviation of E_γ(c) = Σδ + γΣL over n uniform configurations (D18).
+def calibrate_scale(chain: Chain, gamma: float, entropy: float = UNIFORM_ENTROPY) -> float:
+    """s such that the marginals of exp(−E_γ/s) have mean normalised entropy `entropy` (D18).
 
-    `chain` is a Chain, or node unaries (resolved: no NaN) with `latency` tables. Forbidden choices
-    (+inf unaries) are never drawn. `uniforms` (n, n+1) in [0, 1) fixes the draws (the sampler keeps
-    one set so that s moves only with the unaries). A flat energy (s = 0) gives s = 1: every
-    temperature then yields the uniform distribution anyway.
+    The entropy rises with s (a hotter chain), so s is found by bisection in log s. A flat energy (every
+    s gives the uniform marginals) gives s = 1.
     """
-    if not isinstance(chain, Chain):
-        if latency is None:
-            raise ValueError("temperature_scale needs a Chain, or unaries and latency tables")
-        chain = Chain(chain, latency)
-    if uniforms is None:
-        rng = rng if rng is not None else np.random.default_rng(0)
-        uniforms = rng.random((int(n), chain.n_nodes))
-    paths = _map_uniform(chain, uniforms)
-    e = chain.objective(paths) + float(gamma) * chain.latency(paths)
-    s = float(np.std(e))
-    return s if s > 0 and math.isfinite(s) else 1.0
+    if not 0.0 < entropy < 1.0:
+        raise ValueError(f"entropy must lie in (0, 1), got {entropy}")
+    lo, hi = -30.0, 30.0  # log s
+    if chain.marginals(gamma, math.exp(lo)).mean_entropy() >= entropy:
+        return 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if chain.marginals(gamma, math.exp(mid)).mean_entropy() < entropy:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-3:
+            break
+    return math.exp(0.5 * (lo + hi))
 
 
 def _resolve_nodes(space: SearchSpace, unaries) -> list[np.ndarray]:
@@ -126,11 +123,12 @@ class AOWSSampler:
     1. resolves unvisited widths (NaN δ) with `policy` (chain.apply_unvisited; default "pessimistic",
        so a width that has not been seen stays reachable, unlike "exclude");
     2. every `refresh` calls (the first included): γ ← `Chain.decode(target).gamma` at the current
-       unaries, and with scale="auto" s ← `temperature_scale` at that γ (fixed uniform draws);
+       unaries, and with scale="auto" s ← `calibrate_scale` at that γ;
     3. marginals of exp(−E_γ/(T·s)) by the relaxed min-sum (`Chain.marginals(γ, T·s)`);
     4. draws `size` configurations, "per_node" (default) or "joint".
-    `last` records step, γ, T, s, T·s, mode, whether γ was refreshed, and the decoded path's latency
-    and objective; `state_dict()` holds what a resume needs (step, γ, s, the draws' seed).
+    `last` records step, γ, T, s, T·s, mode, whether γ was refreshed, the decoded path's latency and
+    objective, the marginals' mean normalised entropy and the mean LUT latency of the drawn
+    configurations; `state_dict()` holds what a resume needs (step, γ, s, the draws' seed).
     """
 
     def __init__(
@@ -142,7 +140,6 @@ class AOWSSampler:
         mode: str = "per_node",
         scale: str | float = "auto",
         refresh: int = 1,
-        n_scale: int = 1000,
         seed: int = 0,
     ):
         if mode not in MODES:
@@ -159,9 +156,7 @@ class AOWSSampler:
         self.mode = mode
         self.scale = scale
         self.refresh = int(refresh)
-        self.n_scale = int(n_scale)
         self.seed = int(seed)
-        self._uniforms = np.random.default_rng(self.seed).random((self.n_scale, space.n_nodes))
         # Fail early on a target below the fastest configuration (D14).
         latency_chain(self.latency)._check_target(self.target)
         self.step = 0
@@ -188,7 +183,7 @@ class AOWSSampler:
             info = {"decoded_latency": float(res.latency), "decoded_objective": float(res.objective)}
             self._decoded = res.path
             if self.scale == "auto":
-                self.s = temperature_scale(ch, gamma=self.gamma, uniforms=self._uniforms)
+                self.s = calibrate_scale(ch, self.gamma)
         mg = ch.marginals(self.gamma, T * self.s)
         self.last = {
             "step": self.step,
@@ -198,6 +193,7 @@ class AOWSSampler:
             "effective_temperature": T * self.s,
             "mode": self.mode,
             "refreshed": bool(refreshed),
+            "entropy": mg.mean_entropy(),
             **info,
         }
         return mg
@@ -206,6 +202,7 @@ class AOWSSampler:
         """(size, n+1) choice indices for the next batch (§6 steps 1 and 4 of each iteration)."""
         mg = self.marginals(unaries, temperature)
         out = mg.sample(int(size), rng, self.mode)
+        self.last["sampled_latency"] = float(np.mean(mg.chain.latency(out)))
         self.step += 1
         return out
 
@@ -215,11 +212,11 @@ class AOWSSampler:
         return getattr(self, "_decoded", None)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "gamma": self.gamma, "s": self.s, "seed": self.seed, "n_scale": self.n_scale,
+        return {"step": self.step, "gamma": self.gamma, "s": self.s, "seed": self.seed,
                 "refresh": self.refresh, "mode": self.mode, "policy": self.policy, "target": self.target}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for k in ("seed", "n_scale", "refresh", "mode", "policy", "target"):
+        for k in ("seed", "refresh", "mode", "policy", "target"):
             if k in state and state[k] != getattr(self, k):
                 raise ValueError(f"sampler state has {k}={state[k]!r}, this sampler {getattr(self, k)!r}")
         self.step = int(state["step"])
@@ -238,8 +235,9 @@ __all__ = [
     "AOWSSampler",
     "InfeasibleTarget",
     "TemperatureSchedule",
+    "UNIFORM_ENTROPY",
+    "calibrate_scale",
     "temperature_at",
-    "temperature_scale",
     "uniform_layer_indices",
     "uniform_paths",
 ]

@@ -30,7 +30,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     """Decisions of `method` for each target from a unaries artifact and a device's LUT (§5 eq. lagrange)."""
     from .. import artifacts
     from ..config import space_from_config
-    from ..search.decisions import decide
+    from ..search.decisions import decide, width_signal_note
 
     space = space_from_config(config)
     x, tmeta = artifacts.read_lut(inputs["lut"], space, device)
@@ -38,14 +38,23 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     d = config["decode"]
     rows = decide(space, u, x, target, method=method, device=device, unit=tmeta["unit_short"],
                   policy=d["unvisited"], exact=d["exact"], epoch=chosen)
+    z = umeta.get("width_signal_z")
+    for r in rows:
+        r["width_signal_z"] = z
     artifacts.write_decisions(rows, outputs["out"], {
         "space_name": space.name, "space_hash": space.hash, "device": device, "fingerprint": tmeta.get("fingerprint"),
         "unit": tmeta.get("unit"), "lut_lambda": tmeta.get("lam"), "unaries_meta": umeta, "decode": dict(d),
+        "width_signal_note": width_signal_note(z),
     })
     return rows
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    from ..search.decisions import width_signal_note
+
+    note = width_signal_note(rows[0]["width_signal_z"]) if rows else None
+    if note:
+        print(note)
     for r in rows:
         print(f"{r['method']} @ {r['target']} ({r['target_ms']:.4g} {r['unit']}): {r['channels']} predicted "
               f"{r['predicted_latency_ms']:.4g}, Σδ {r['objective']:.4g}, γ {r['gamma']:.3g}, gap {r['gap']:.3g}"

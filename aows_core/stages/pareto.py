@@ -81,6 +81,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         raise ValueError(f"{measure} holds no finalists")
     prox = proxy_rows(rows)
     taus = {r["proxy"]: r["kendall_tau"] for r in prox}
+    unaries_check = (artifacts.read_table(inputs["proxy"], "proxy")[1].get("unaries_check")
+                     if inputs.get("proxy") else None)
     out, plots_dir = Path(outputs["out"]), Path(outputs["plots_dir"])
     lut_quality = {}
     if lut_validation is not None:  # how good the latency model behind the decisions was (held-out networks)
@@ -93,6 +95,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
                                 measured="median over rounds, corrected to the LUT's reference baseline",
                                 interval="Wilson score 95 % (one seed) or t-interval over seeds",
                                 kendall_tau_sum_delta=taus["-sum_delta"], kendall_tau_supernet_acc=taus["supernet_acc"],
+                                kendall_tau_mmacs=taus["-mmacs"], unaries_check=unaries_check,
                                 targets_met_measured=int(sum(r["meets_target_measured"] for r in rows)),
                                 targets_met_predicted=int(sum(r["meets_target_predicted"] for r in rows)), n=len(rows))
     artifacts.write_records(rows, out.with_suffix(".parquet"), "pareto", meta)

@@ -71,7 +71,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from ..search.targets import resolve_target
     from ..artifacts.resume import clear_resume
     from ..training.distributed import bn_description
-    from ..training.supernet import LOSS_DESCRIPTION, make_sampler, train_supernet
+    from ..training.supernet import FROZEN_DESCRIPTION, LOSS_DESCRIPTION, make_sampler, train_supernet
 
     if method not in ("ows", "aows"):
         raise ValueError(f"unknown method {method!r}; expected 'ows' or 'aows'")
@@ -87,7 +87,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
             raise ValueError(f"aows.warmup_epochs ({W}) must be smaller than supernet.epochs ({E})")
         x, tmeta = artifacts.read_lut(lut_path, space, device)
         target_value = resolve_target(target, space, x, tmeta["unit_short"])
-        sampler = make_sampler(space, aw, x, target_value, seed)  # refuses an infeasible target here (D14)
+        sampler = make_sampler(space, config, x, target_value)  # refuses an infeasible target here (D14)
 
     out_dir = Path(outputs["out_dir"])
     res = train_supernet(config, out_dir, resume_dir, method=method, sampler=sampler, device=device, target=target,
@@ -99,10 +99,16 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         sampling=("uniform" if method == "ows" else f"uniform for {W} epochs, then {aw['sampling']} from the relaxed marginals"),
         window=None if method == "ows" else int(aw["window"]),
         averaging="per epoch" if method == "ows" else f"most recent {aw['window']} samples per (layer, width)",
-        loss=LOSS_DESCRIPTION, temperature_scale=res.sampler_scale,
+        loss=LOSS_DESCRIPTION, unaries=sn["unaries"],
+        frozen_estimate=FROZEN_DESCRIPTION if sn["unaries"] == "frozen" else None,
+        temperature_scale=res.sampler_scale, target_value=None if sampler is None else sampler.target,
         processes=res.world, bn=bn_description(res.world), supernet=dict(sn), data=res.spec.to_dict(),
     )
     meta["device"] = device  # recorded also when None (OWS)
+    last = res.metrics[-1]  # the width signal of the unaries that decide (the last epoch's)
+    ws, se = last["width_signal"], last["width_signal_se"]
+    meta.update(width_signal=ws, width_signal_se=se,
+                width_signal_z=ws / se if ws is not None and se is not None and se > 0 else None)
     artifacts.write_records(res.rows, out_dir / "unaries.parquet", "unaries", meta)
     artifacts.write_records(res.metrics, out_dir / "metrics.parquet", "train_metrics", meta)
     artifacts.save_torch({"space": space.to_dict(), "space_hash": space.hash, "model": res.model_state,

@@ -1,11 +1,14 @@
 """Supernet training: OWS (uniform sampling, §5) and AOWS (adaptive sampling, §6), resumable at any step.
 
 Each step is a sandwich step (§3, `nets.sandwich`); the per-sample differences CE(sampled) − CE(max)
-of the same step feed the unaries of eq. average_error: OWS averages them per (layer, width) over
-each epoch, AOWS keeps the mean of the most recent K samples. AOWS runs W warm-up epochs identical
-to OWS's first W under the same seed, so it starts from the OWS checkpoint after W epochs, its
-window seeded with the OWS means of epoch W (docs/method.md, D21); then configurations
-come from the relaxed min-sum marginals at the current γ and temperature T(u) (supplementary B).
+of the same step feed the training-time unaries of eq. average_error: OWS averages them per (layer,
+width) over each epoch, AOWS keeps the mean of the most recent K samples. With `supernet.unaries:
+frozen` (default, docs/method.md D26) the unaries that decide come from frozen-weight estimation
+passes instead (`nets.estimation`, `search.unaries.fit_additive`): OWS at the end of training, AOWS
+at its start and every `aows.refresh` steps, on configurations half uniform, half from its current
+marginals. AOWS runs W warm-up epochs identical to OWS's first W under the same seed, so it starts
+from the OWS checkpoint after W epochs (D21); then configurations come from the relaxed min-sum
+marginals at the current γ and temperature T(u) (supplementary B).
 Every random choice of step k of epoch e derives from (seed, e, k), so a killed run resumes exactly
 (`training.loop`, `artifacts.resume`). Data parallel: `training.distributed`.
 
@@ -35,6 +38,8 @@ from .distributed import (AveragingOptimizer, Dist, broadcast_parameters, init_d
 from .loop import Position, progress_bar, run_epochs
 
 LOSS_DESCRIPTION = "hard-label CE(sampled configuration) - CE(max configuration), same sample and step, train-mode BN"
+FROZEN_DESCRIPTION = ("frozen weights: mean CE(configuration) - CE(max configuration) on one batch of the estimation pool, "
+                      "train-mode BN over that batch, least squares of the additive model (docs/method.md D26)")
 
 
 def run_id(config: Mapping[str, Any], method: str, device: str | None, target: str | None) -> str:
@@ -45,22 +50,29 @@ def run_id(config: Mapping[str, Any], method: str, device: str | None, target: s
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def make_sampler(space: SearchSpace, aows_cfg: Mapping[str, Any], x: np.ndarray, target_value: float, seed: int):
-    """AOWS's sampler (§6) for a latency target on the table x; refuses an infeasible target here."""
+def make_sampler(space: SearchSpace, config: Mapping[str, Any], x: np.ndarray, target_value: float):
+    """AOWS's sampler (§6) for a latency target on the table x; refuses an infeasible target here.
+
+    With frozen unaries γ and s are refreshed with every estimation pass (`aows.refresh` steps), else every step."""
     from ..search.sampler import AOWSSampler
 
-    return AOWSSampler(space, x, target_value, policy=aows_cfg["unvisited"], mode=aows_cfg["sampling"],
-                       scale=aows_cfg["temperature_scale"], seed=seed)
+    aw = config["aows"]
+    refresh = int(aw["refresh"]) if config["supernet"]["unaries"] == "frozen" else 1
+    return AOWSSampler(space, x, target_value, policy=aw["unvisited"], mode=aw["sampling"],
+                       scale=aw["temperature_scale"], refresh=refresh, seed=int(config["seed"]))
 
 
 class EpochAccumulator:
     """Running sums for one epoch's metrics row."""
 
     def __init__(self, steps: int = 0, images: int = 0, seconds: float = 0.0, loss_max: float = 0.0,
-                 loss_min: float = 0.0, loss_random: float = 0.0, acc: float = 0.0, last: dict | None = None):
+                 loss_min: float = 0.0, loss_random: float = 0.0, acc: float = 0.0, last: dict | None = None,
+                 entropy: float = 0.0, sampled_latency: float = 0.0, gamma_zero: int = 0, adaptive_steps: int = 0):
         self.steps, self.images, self.seconds = steps, images, seconds
         self.loss_max, self.loss_min, self.loss_random, self.acc = loss_max, loss_min, loss_random, acc
         self.last = last or {}
+        self.entropy, self.sampled_latency = entropy, sampled_latency
+        self.gamma_zero, self.adaptive_steps = gamma_zero, adaptive_steps
 
     def add(self, res, n: int, seconds: float, sampler_last: dict | None) -> None:
         self.steps += 1
@@ -72,19 +84,32 @@ class EpochAccumulator:
         self.acc += res.acc_max
         if sampler_last:
             self.last = {k: sampler_last.get(k) for k in ("gamma", "temperature", "scale")}
+            self.adaptive_steps += 1
+            self.entropy += sampler_last["entropy"]
+            self.sampled_latency += sampler_last["sampled_latency"]
+            self.gamma_zero += int(sampler_last["gamma"] == 0.0)
 
     def state(self) -> dict:
         return {"steps": self.steps, "images": self.images, "seconds": self.seconds, "loss_max": self.loss_max,
-                "loss_min": self.loss_min, "loss_random": self.loss_random, "acc": self.acc, "last": self.last}
+                "loss_min": self.loss_min, "loss_random": self.loss_random, "acc": self.acc, "last": self.last,
+                "entropy": self.entropy, "sampled_latency": self.sampled_latency, "gamma_zero": self.gamma_zero,
+                "adaptive_steps": self.adaptive_steps}
 
-    def row(self, epoch: int, sampling: str) -> dict:
+    def row(self, epoch: int, sampling: str, signal: Mapping[str, float] | None = None) -> dict:
         s = max(self.steps, 1)
+        a = self.adaptive_steps
+        signal = signal or {}
         return {
             "epoch": epoch, "steps": self.steps, "images": self.images, "seconds": self.seconds,
             "images_per_s": self.images / max(self.seconds, 1e-9), "loss_max": self.loss_max / s,
             "loss_min": self.loss_min / s, "loss_random": self.loss_random / s, "train_acc_max": self.acc / s,
             "sampling": sampling, "gamma": self.last.get("gamma"), "temperature": self.last.get("temperature"),
             "scale": self.last.get("scale"),
+            "entropy": self.entropy / a if a else None,
+            "sampled_latency": self.sampled_latency / a if a else None,
+            "gamma_zero_share": self.gamma_zero / a if a else None,
+            "width_signal": signal.get("width_signal"), "width_signal_se": signal.get("width_signal_se"),
+            "unaries_r2": signal.get("r2"),
         }
 
 
@@ -113,6 +138,9 @@ class _Run:
     run_id: str
     ddp: Dist
     label_smoothing: float
+    unaries: str = "frozen"
+    est: Mapping[str, int] = field(default_factory=dict)
+    fit: Any = None
     pos: Position = field(default_factory=Position)
     rows: list = field(default_factory=list)
     metrics: list = field(default_factory=list)
@@ -150,7 +178,7 @@ def checkpoint_state(run: _Run) -> dict[str, Any]:
         "run_id": run.run_id, "space_hash": run.space.hash, "epoch": run.pos.epoch, "step": run.pos.step,
         "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "unaries": run.estimator.state_dict(),
         "sampler": None if run.sampler is None else run.sampler.state_dict(), "rows": run.rows, "metrics": run.metrics,
-        "acc": run.acc.state(),
+        "acc": run.acc.state(), "fit": None if run.fit is None else run.fit.state_dict(),
     }
 
 
@@ -183,7 +211,15 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
     return _Run(space=space, method=method, seed=seed, E=E, W=W, R=R, B=B, lo=lo, hi=hi, steps=steps, spec=spec,
                 splits=splits, model=model, opt=opt, step_opt=step_opt, estimator=estimator, sampler=sampler,
                 schedule=schedule, run_id=run_id(config, method, device, target), ddp=ddp,
-                label_smoothing=sn["label_smoothing"])
+                label_smoothing=sn["label_smoothing"], unaries=sn["unaries"],
+                est=_estimation_settings(sn, aw, steps * B))
+
+
+def _estimation_settings(sn: Mapping[str, Any], aw: Mapping[str, Any], epoch_images: int) -> dict[str, int]:
+    """Sizes of the estimation passes (D26): the pool is at most one epoch's images, a batch at most the pool."""
+    images = min(int(sn["estimate_images"]), epoch_images)
+    return {"configs": int(sn["estimate_configs"]), "aows_configs": int(aw["estimate_configs"]), "images": images,
+            "batch": min(int(sn["estimate_batch"]), images)}
 
 
 def _restore(run: _Run, state: dict) -> None:
@@ -196,6 +232,10 @@ def _restore(run: _Run, state: dict) -> None:
     run.pos = Position(state["epoch"], state["step"])
     run.rows, run.metrics = state["rows"], state["metrics"]
     run.acc = EpochAccumulator(**state["acc"])
+    if state.get("fit") is not None:
+        from ..search.unaries import UnaryFit
+
+        run.fit = UnaryFit.from_state(state["fit"])
 
 
 def _warm_start(run: _Run, state: dict) -> None:
@@ -211,6 +251,48 @@ def _warm_start(run: _Run, state: dict) -> None:
     run.rows, run.metrics = list(state["rows"]), list(state["metrics"])
 
 
+def _estimation_pool(run: _Run, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The estimation pass's images: the first `estimate_images` of the epoch's global training batches (D26)."""
+    from ..data import first_images
+
+    x, y = first_images(run.splits.train_batches(epoch), run.est["images"])
+    return x.to(run.ddp.device), y.to(run.ddp.device)
+
+
+def estimate_unaries(run: _Run, idx: np.ndarray, epoch: int):
+    """A `UnaryFit` of the current weights on configurations idx (N, n_layers) (D26); ranks share the work."""
+    from ..nets.estimation import frozen_differences
+    from ..search.unaries import fit_additive
+    from .distributed import torch_all_gather
+
+    x, y = _estimation_pool(run, epoch)
+    world, rank = run.ddp.world, run.ddp.rank
+    chunk = -(-len(idx) // world)
+    mine = [run.space.layer_channels(i) for i in idx[rank * chunk:(rank + 1) * chunk]]
+    d = frozen_differences(run.model, x, y, mine, run.est["batch"])
+    if world > 1:  # equal shapes for the gather, then the padding dropped
+        d = np.concatenate(torch_all_gather()(np.pad(d, (0, chunk - len(d)), constant_values=np.nan)))[: len(idx)]
+    return fit_additive(run.space, idx, d)
+
+
+def _estimation_configs(run: _Run, n: int, rng: np.random.Generator, temperature: float | None) -> np.ndarray:
+    """(n, n_layers) configurations of an estimation pass: uniform, or for AOWS half uniform, half drawn from
+    the sampler's current marginals (every cell stays estimable while the rest concentrates on the target)."""
+    from ..search.sampler import uniform_layer_indices
+
+    idx = uniform_layer_indices(run.space, n, rng)
+    if run.sampler is not None and run.fit is not None and temperature is not None:
+        mg = run.sampler.chain(run.fit).marginals(run.sampler.gamma, temperature * run.sampler.s)
+        half = n // 2
+        idx[half:] = mg.sample(n - half, rng, run.sampler.mode)[:, 1:-1]
+    return idx
+
+
+def _refresh_fit(run: _Run, epoch: int, step: int, n: int, temperature: float | None) -> None:
+    rng = np.random.default_rng([run.seed, epoch, step, 0xE5])
+    run.fit = estimate_unaries(run, _estimation_configs(run, n, rng, temperature), epoch)
+
+
 def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
     """One sandwich step at run.pos (§3, §5/§6 sampling), unaries and metrics updated; the bar's postfix."""
     from ..nets.sandwich import sandwich_step
@@ -224,7 +306,12 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
     rng = np.random.default_rng([run.seed, epoch, step, 0xA0])
     if run.adaptive:
         T = run.schedule.at_step(epoch, step, run.steps)
-        idx = run.sampler.sample(run.estimator, T, R * B, rng)[:, 1:-1]
+        unaries = run.estimator
+        if run.unaries == "frozen":
+            if run.sampler.step % run.sampler.refresh == 0:  # new unaries, then γ and s with them
+                _refresh_fit(run, epoch, step, run.est["aows_configs"], T if run.fit is not None else None)
+            unaries = run.fit
+        idx = run.sampler.sample(unaries, T, R * B, rng)[:, 1:-1]
     else:
         idx = uniform_layer_indices(space, R * B, rng)
     idx = idx.reshape(R, B, space.n_layers)[:, lo:hi]  # configurations of this rank's samples
@@ -240,9 +327,23 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
 
 
 def _end_epoch(run: _Run, epoch: int, out_dir: Path) -> None:
-    """Unary rows and metrics of the epoch, the `after_{n}.pt` epoch checkpoint, estimator and sums reset."""
+    """Unary rows and metrics of the epoch, the `after_{n}.pt` epoch checkpoint, estimator and sums reset.
+
+    The last epoch of a frozen-unaries run ends with an estimation pass on the final weights (D26)."""
+    from ..search.unaries import width_signal
+
     run.rows.extend(run.estimator.rows(run.space, epoch))
-    run.metrics.append(run.acc.row(epoch, "aows" if run.adaptive else "uniform"))
+    fit = None
+    if run.unaries == "frozen" and epoch == run.E - 1:
+        T = run.schedule.at_step(epoch, run.steps, run.steps) if run.adaptive else None
+        _refresh_fit(run, epoch, run.steps, run.est["configs"], T)
+        fit = run.fit
+    elif run.unaries == "frozen" and run.adaptive:
+        fit = run.fit
+    if fit is not None:
+        run.rows.extend(fit.rows(run.space, epoch))
+    signal = {**width_signal(fit), "r2": fit.r2} if fit is not None else width_signal(run.estimator)
+    run.metrics.append(run.acc.row(epoch, "aows" if run.adaptive else "uniform", signal))
     epoch_state = {
         "space_hash": run.space.hash, "completed_epochs": epoch + 1, "model": run.model.state_dict(),
         "optimizer": run.opt.state_dict(), "unaries_last_epoch": run.estimator.state_dict(), "rows": run.rows,

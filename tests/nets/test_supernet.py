@@ -250,3 +250,26 @@ def test_sandwich_step_through_ddp_matches_plain(space, tmp_path):
     torch.testing.assert_close(r1.ce_random, r2.ce_random)
     for (n, a), (_, b) in zip(base.named_parameters(), twin.named_parameters()):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=n)
+
+
+def test_frozen_differences_are_the_reduced_networks_batch_losses(space):
+    """D26: configuration k's difference is the reduced network's train-mode CE on batch k mod n_batches minus the
+    max network's on the same batch; weights and running statistics are left untouched, the mode restored."""
+    from aows_core.nets.estimation import frozen_differences
+
+    sup = randomise(SlimmableMobileNetV1(space)).eval()
+    before = copy.deepcopy(sup.state_dict())
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(12, 3, 16, 16, generator=g), torch.randint(0, 5, (12,), generator=g)
+    idx = random_idx(space, 5, seed=8)
+    configs = [space.layer_channels(i) for i in idx]
+    d = frozen_differences(sup, x, y, configs, batch_size=4)  # 3 batches: configuration 3 reuses batch 0
+    assert d.shape == (5,) and d[0] == pytest.approx(0.0, abs=1e-12)  # the max configuration itself
+    for k, ch in enumerate(configs):
+        b = slice(4 * (k % 3), 4 * (k % 3) + 4)
+        ref = F.cross_entropy(fixed(space, sup, ch, train=True)(x[b]), y[b])
+        top = F.cross_entropy(fixed(space, sup, space.max_config, train=True)(x[b]), y[b])
+        assert d[k] == pytest.approx(float(ref - top), abs=1e-5)
+    assert not sup.training and all(torch.equal(before[k], v) for k, v in sup.state_dict().items())
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        frozen_differences(sup, x[:3], y[:3], configs, batch_size=4)

@@ -7,10 +7,11 @@ from aows_core import artifacts as io
 from aows_core.artifacts import read_unaries
 from aows_core.devices.flops import variable_macs
 from aows_core.search.chain import Chain, InfeasibleTarget
-from aows_core.search.sampler import AOWSSampler, TemperatureSchedule, temperature_at, temperature_scale
+from aows_core.search.sampler import (UNIFORM_ENTROPY, AOWSSampler, TemperatureSchedule, calibrate_scale,
+                                     temperature_at)
 from aows_core.search.sampler import uniform_paths as uniform_configs
 from aows_core.search.targets import latency_range, lut_tables
-from aows_core.search.unaries import EpochUnaries, WindowUnaries, all_gather_update
+from aows_core.search.unaries import EpochUnaries, WindowUnaries, all_gather_update, fit_additive, width_signal
 
 SIZES = (3, 4, 5, 4, 3)
 
@@ -196,18 +197,25 @@ def setting(tiny_space):
     return tiny_space, x, lo, hi, delta
 
 
-def test_temperature_scale_is_the_energy_spread(setting):
+def test_auto_scale_makes_t1_nearly_uniform_and_the_schedule_end_a_single_path(setting):
+    """D18: s is set so that T = 1 gives mean normalised entropy UNIFORM_ENTROPY whatever the unaries' units,
+    and the end of the supplementary-B schedule (T = 5e-4) leaves a near-single path."""
     space, x, lo, hi, delta = setting
     u = [np.zeros(1)] + delta + [np.zeros(1)]
     ch = Chain(u, lut_tables(space, x))
-    un = np.random.default_rng(0).random((1000, space.n_nodes))
-    s = temperature_scale(ch, gamma=0.3, uniforms=un)
-    paths = uniform_configs(space, 1000, np.random.default_rng(0))
-    e = ch.objective(paths) + 0.3 * ch.latency(paths)
-    assert s == pytest.approx(np.std(e), rel=1e-12)
+    s = calibrate_scale(ch, gamma=0.3)
+    assert ch.marginals(0.3, s).mean_entropy() == pytest.approx(UNIFORM_ENTROPY, abs=2e-3)
+    assert ch.marginals(0.3, 5e-4 * s).mean_entropy() < 0.05
+    # the entropy falls monotonically along the schedule
+    ts = [temperature_at(v) for v in np.linspace(0, 1, 12)]
+    hs = [ch.marginals(0.3, t * s).mean_entropy() for t in ts]
+    assert all(b <= a + 1e-12 for a, b in zip(hs, hs[1:]))
+    # units do not matter: energies ×3 give s ×3
     scaled = Chain([3 * a for a in u], [3 * t for t in lut_tables(space, x)])
-    assert temperature_scale(scaled, gamma=0.3, uniforms=un) == pytest.approx(3 * s, rel=1e-12)
-    assert temperature_scale(u, lut_tables(space, x), 0.3, np.random.default_rng(0)) == pytest.approx(s, rel=1e-12)
+    assert calibrate_scale(scaled, gamma=0.3) == pytest.approx(3 * s, rel=5e-3)
+    # a flat energy: every scale is uniform
+    flat = Chain([np.zeros(len(c)) for c in space.choices], [0 * t for t in lut_tables(space, x)])
+    assert calibrate_scale(flat, gamma=0.0) == 1.0
 
 
 @pytest.mark.parametrize("mode", ["per_node", "joint"])
@@ -277,3 +285,72 @@ def test_unvisited_policies_and_infeasible_target(setting):
         AOWSSampler(space, x, lo * 0.5)
     with pytest.raises(ValueError, match="mode"):
         AOWSSampler(space, x, hi, mode="product")
+
+
+# ---- D26: the additive least-squares fit of the frozen-weight estimate ------------------------------
+def test_additive_fit_recovers_known_unaries_with_calibrated_standard_errors():
+    rng = np.random.default_rng(11)
+    sizes = [3, 4, 2]
+    true = [np.array([0.3, 0.1, 0.0]), np.array([0.5, 0.2, 0.1, 0.0]), np.array([0.2, 0.0])]
+    w = np.stack([rng.integers(0, k, 3000) for k in sizes], 1)
+
+    def draw():
+        return sum(t[w[:, i]] for i, t in enumerate(true)) + rng.normal(0, 0.1, len(w))
+
+    d = draw()
+    fit = fit_additive(sizes, w, d)
+    plain = EpochUnaries(sizes)
+    plain.update(w, d)
+    for i, t in enumerate(true):
+        # the differences between widths of a layer are the true ones, within 4 standard errors
+        got = fit.delta()[i] - fit.delta()[i][-1]
+        assert np.all(np.abs(got - (t - t[-1])) < 4 * np.hypot(fit.standard_errors()[i], fit.standard_errors()[i][-1]))
+        # eq. average_error's level: each layer's count-weighted mean is the mean difference
+        assert np.average(fit.delta()[i], weights=fit.counts()[i]) == pytest.approx(d.mean())
+        # fitting the other layers instead of averaging over them: smaller standard errors
+        assert (fit.standard_errors()[i] < plain.standard_errors()[i]).all()
+    # the standard error matches the spread of the estimate over repeated noise draws
+    spread = np.std([fit_additive(sizes, w, draw()).delta()[1][0] for _ in range(150)])
+    assert spread == pytest.approx(fit.standard_errors()[1][0], rel=0.2)
+    sig = width_signal(fit)
+    assert sig["width_signal"] == pytest.approx(1.0, abs=0.05) and sig["width_signal_z"] > 50
+    assert fit.r2 > 0.8
+
+
+def test_additive_fit_unvisited_cells_and_round_trip(tmp_path, tiny_space):
+    rng = np.random.default_rng(12)
+    sizes = [len(c) for c in tiny_space.layer_choices]
+    w = np.stack([rng.integers(0, k, 200) for k in sizes], 1)
+    w[:, 0] = 0  # layer 0's other widths never drawn
+    fit = fit_additive(tiny_space, w, rng.normal(size=200))
+    assert np.isnan(fit.delta()[0][1:]).all() and np.isnan(fit.standard_errors()[0][1:]).all()
+    assert np.isfinite(fit.delta()[1]).all() and np.isnan(width_signal(fit)["width_signal_z"])
+    rows = fit.rows(tiny_space, epoch=2)
+    assert {r["estimator"] for r in rows} == {"frozen"}
+    path = tmp_path / "u.parquet"
+    io.write_records(rows + EpochUnaries(tiny_space).rows(tiny_space, epoch=2), path, "unaries",
+                     io.provenance(space_name=tiny_space.name, space_hash=tiny_space.hash))
+    back, meta, _ = read_unaries(path, tiny_space)  # the frozen estimate is read where both exist
+    assert meta["estimator"] == "frozen"
+    for a, b in zip(back, fit.node_unaries()):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="non-finite"):
+        fit_additive(tiny_space, w, np.full(200, np.nan))
+    with pytest.raises(ValueError, match="configurations but"):
+        fit_additive(tiny_space, w, np.zeros(3))
+
+
+def test_running_estimators_keep_standard_errors_of_their_means():
+    rng = np.random.default_rng(13)
+    w = rng.integers(0, 3, (500, 2))
+    d = rng.normal(size=500)
+    e = EpochUnaries([3, 3])
+    e.update(w, d)
+    for i in range(2):
+        for c in range(3):
+            x = d[w[:, i] == c]
+            assert e.standard_errors()[i][c] == pytest.approx(x.std(ddof=1) / np.sqrt(len(x)))
+    win = WindowUnaries([3, 3], window=10)
+    win.update(w, d)
+    x = d[w[:, 0] == 1][-10:]
+    assert win.standard_errors()[0][1] == pytest.approx(x.std(ddof=1) / np.sqrt(10))

@@ -188,3 +188,25 @@ def test_unaries_with_a_negative_count_are_refused(small, tmp_path):
     with pytest.raises(io.ArtifactError, match="count -3"):
         decode(validate(SMALL), "cpu", "ows", tmp_path / "neg.parquet", tmp_path / "lut.parquet", ["range:0.5"],
                tmp_path / "d.parquet")
+
+
+@pytest.mark.parametrize("z, warned", [(None, True), (1.2, True), (7.5, False)])
+def test_decisions_carry_the_width_signal_and_say_when_there_is_none(small, tmp_path, capsys, z, warned):
+    """Issue 12: a decision records the signal-to-noise of the unaries it used and says plainly when no width
+    signal is detectable (z < 3 standard errors, or unknown)."""
+    import argparse
+
+    from aows_core.stages import decode as stage
+
+    rng = np.random.default_rng(3)
+    write_lut(small, tmp_path / "lut.parquet")
+    rows = write_unaries(small, tmp_path / "u.parquet", rng)
+    meta = io.provenance(space_name=small.name, space_hash=small.hash, method="ows", width_signal_z=z)
+    io.write_records(rows, tmp_path / "u.parquet", "unaries", meta)
+    out = decode(validate(SMALL), "cpu", "ows", tmp_path / "u.parquet", tmp_path / "lut.parquet", ["range:0.5"],
+                 tmp_path / "d.parquet")
+    table, dmeta = io.read_table(tmp_path / "d.parquet", "decisions")
+    assert table.column("width_signal_z").to_pylist() == [z]
+    assert (dmeta["width_signal_note"] is not None) == warned
+    stage.report(out, argparse.Namespace())
+    assert ("no width signal detectable" in capsys.readouterr().out) == warned

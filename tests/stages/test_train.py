@@ -23,8 +23,9 @@ pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the qu
 TINY = {
     "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},
     "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
-    "supernet": {"epochs": 3, "batch_size": 32, "checkpoint_every": 3},
-    "aows": {"warmup_epochs": 1, "window": 50},
+    "supernet": {"epochs": 3, "batch_size": 32, "checkpoint_every": 3, "estimate_configs": 120, "estimate_batch": 32,
+                 "estimate_images": 128},
+    "aows": {"warmup_epochs": 1, "window": 50, "refresh": 3, "estimate_configs": 40},
 }
 
 
@@ -50,12 +51,19 @@ def test_ows_writes_unaries_metrics_and_checkpoints(ows):
     table, meta = io.read_table(d / "out/unaries.parquet", "unaries")
     assert table.schema.remove_metadata().equals(io.SCHEMAS["unaries"])
     assert sorted(set(table.column("epoch").to_pylist())) == [0, 1, 2]
-    assert table.num_rows == 3 * sum(len(c) for c in space.layer_choices)
-    assert meta["method"] == "ows" and meta["loss"].startswith("hard-label CE")
+    cells = sum(len(c) for c in space.layer_choices)
+    # training-time rows every epoch, the frozen-weight estimate (D26) after the last one
+    assert table.column("estimator").to_pylist() == ["training"] * 3 * cells + ["frozen"] * cells
+    assert meta["method"] == "ows" and meta["loss"].startswith("hard-label CE") and meta["unaries"] == "frozen"
     m = io.read_table(d / "out/metrics.parquet", "train_metrics")[0].to_pylist()
     assert [r["epoch"] for r in m] == [0, 1, 2] and all(r["images"] == 256 for r in m)
-    counts = np.array(table.column("count").to_pylist()).reshape(3, -1)
-    assert (counts.sum(1) == 256 * space.n_layers).all()  # each sample adds one count per layer
+    counts = np.array(table.column("count").to_pylist())
+    assert (counts[: 3 * cells].reshape(3, -1).sum(1) == 256 * space.n_layers).all()  # one count per sample and layer
+    assert counts[3 * cells:].sum() == cfg["supernet"]["estimate_configs"] * space.n_layers
+    se = table.column("delta_se").to_pylist()
+    assert all(v is not None and v > 0 for v in se)  # every cell visited ≥ 2 times here: a standard error each
+    assert m[-1]["width_signal_se"] > 0 and m[-1]["unaries_r2"] is not None
+    assert meta["width_signal_z"] == pytest.approx(m[-1]["width_signal"] / m[-1]["width_signal_se"])
     for n in (1, 2, 3):
         assert (d / f"out/checkpoints/after_{n}.pt").exists()
 
@@ -104,9 +112,13 @@ def test_aows_starts_from_the_ows_warmup_and_then_concentrates(ows, tmp_path):
     aows_rows, meta = io.read_table(tmp_path / "out/unaries.parquet", "unaries")
     aows_rows = aows_rows.to_pylist()
     assert [r for r in aows_rows if r["epoch"] == 0] == [r for r in ows_rows if r["epoch"] == 0]
+    # every adaptive epoch holds the frozen estimate that steered its sampling (D26)
+    assert {r["epoch"] for r in aows_rows if r["estimator"] == "frozen"} == {1, 2}
     m = io.read_table(tmp_path / "out/metrics.parquet", "train_metrics")[0].to_pylist()
     assert [r["sampling"] for r in m] == ["uniform", "aows", "aows"]
     assert m[-1]["gamma"] is not None and m[-1]["temperature"] < m[1]["temperature"] and meta["temperature_scale"] > 0
+    assert m[0]["entropy"] is None and 0 < m[2]["entropy"] < m[1]["entropy"] <= 1  # sampling concentrates
+    assert all(r["sampled_latency"] > 0 and 0 <= r["gamma_zero_share"] <= 1 for r in m[1:])
     assert not _same_weights(_weights(d / "out/model.pt"), _weights(tmp_path / "out/model.pt"))
 
 
