@@ -20,15 +20,15 @@ BUDGET = {
     "fit_lut": 10,
     "validate_lut": 5,
     "check_target": 5,
-    "train_ows": 150,
-    "greedy_trajectory": 170,
-    "train_aows": 180,
+    "train_ows": 170,
+    "greedy_trajectory": 90,
+    "train_aows": 240,
     "decode": 10,
     "decide_baseline": 10,
-    "retrain_net": 390,  # one training per distinct network and seed
-    "retrain": 10,  # each finalist's copy of its network's training
+    "retrain_net": 850,  # one training per distinct network and seed (1 thread, two side by side)
+    "retrain": 30,  # each finalist's copy of its network's training
     "measure": 30,
-    "proxy": 20,
+    "proxy": 30,
     "pareto": 10,
 }
 

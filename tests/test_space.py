@@ -64,7 +64,7 @@ def test_configuration_outside_the_space_names_layer_and_widths():
     s = get_space("mobilenet_v1_fmnist")
     bad = s.max_config
     bad[3] = 100
-    with pytest.raises(ValueError, match=r"layer 3 .*allowed widths: \[24, 48"):
+    with pytest.raises(ValueError, match=r"layer 3 .*allowed widths: \[24, 56"):
         s.indices(bad)
     with pytest.raises(ValueError, match="14 searchable layers"):
         s.indices([8, 16])

@@ -81,7 +81,7 @@ def test_coverage_counts_once_per_use(imagenet):
 def test_lower_bound_on_presets(imagenet, fmnist):
     for R in range(1, 6):
         assert coverage_lower_bound(imagenet, R) == 196 * R  # largest unshared table, 14×14
-        assert coverage_lower_bound(fmnist, R) == 64 * R  # 8×8
+        assert coverage_lower_bound(fmnist, R) == 36 * R  # 6×6
 
 
 def test_networks_to_cover_prefix(fmnist):

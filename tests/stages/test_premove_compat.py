@@ -19,6 +19,9 @@ from stage_calls import retrain, train_supernet
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "premove"
 CFG = json.loads((FIX / "config.json").read_text())
+# The fixtures' space is the mobilenet_v1_fmnist preset of their time (stride-1 stem); the preset has a stride-2
+# stem since issue 12, so the old definition is spelled out.
+CFG["space"]["first_stride"] = 1
 
 
 def _same(a, b):
@@ -71,13 +74,20 @@ def test_a_supernet_checkpoint_written_before_is_set_aside_and_training_is_uncha
 
 
 @pytest.mark.slow
-def test_a_retraining_checkpoint_written_before_resumes_exactly(tmp_path, capfd):
+def test_a_retraining_checkpoint_written_before_is_set_aside_and_the_run_ends_like_a_fresh_one(tmp_path, capfd):
+    """The space's settings now spell out the old preset's stride (and retraining threads default to 1): the old
+    resume state belongs to another run, is set aside, and the retraining ends exactly where a fresh one ends."""
     cfg = validate(CFG)
-    fresh = retrain(cfg, FIX / "decision.parquet", tmp_path / "fresh", tmp_path / "r0", progress=False)
+    # the old decision in today's contract (it gained width_signal_z, null for it); same channels
+    table, meta = io.read_table(FIX / "decision.parquet")
+    rows = [{**r, "width_signal_z": None} for r in table.to_pylist()]
+    io.write_records(rows, tmp_path / "decision.parquet", "decisions", {k: v for k, v in meta.items() if k != "kind"})
+    decision = tmp_path / "decision.parquet"
+    fresh = retrain(cfg, decision, tmp_path / "fresh", tmp_path / "r0", progress=False)
     (tmp_path / "r1").mkdir()
     shutil.copy(FIX / "retrain_resume_checkpoint.pt", tmp_path / "r1/checkpoint.pt")
-    resumed = retrain(cfg, FIX / "decision.parquet", tmp_path / "resumed", tmp_path / "r1", progress=False)
-    assert "another run" not in capfd.readouterr().err
+    resumed = retrain(cfg, decision, tmp_path / "resumed", tmp_path / "r1", progress=False)
+    assert "another run" in capfd.readouterr().err
     assert resumed["test_correct"] == fresh["test_correct"]
     a = torch.load(tmp_path / "fresh/model.pt", weights_only=False)["model"]
     b = torch.load(tmp_path / "resumed/model.pt", weights_only=False)["model"]
