@@ -141,6 +141,7 @@ class _Run:
     unaries: str = "frozen"
     est: Mapping[str, int] = field(default_factory=dict)
     fit: Any = None
+    pool: tuple | None = None  # (epoch, images, labels) of the estimation passes of that epoch
     pos: Position = field(default_factory=Position)
     rows: list = field(default_factory=list)
     metrics: list = field(default_factory=list)
@@ -252,11 +253,14 @@ def _warm_start(run: _Run, state: dict) -> None:
 
 
 def _estimation_pool(run: _Run, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The estimation pass's images: the first `estimate_images` of the epoch's global training batches (D26)."""
+    """The estimation pass's images: the first `estimate_images` of the epoch's global training batches (D26),
+    read once per epoch."""
     from ..data import first_images
 
-    x, y = first_images(run.splits.train_batches(epoch), run.est["images"])
-    return x.to(run.ddp.device), y.to(run.ddp.device)
+    if run.pool is None or run.pool[0] != epoch:
+        x, y = first_images(run.splits.train_batches(epoch), run.est["images"])
+        run.pool = (epoch, x.to(run.ddp.device), y.to(run.ddp.device))
+    return run.pool[1], run.pool[2]
 
 
 def estimate_unaries(run: _Run, idx: np.ndarray, epoch: int):
