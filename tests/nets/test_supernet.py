@@ -89,11 +89,13 @@ def test_truncation_to_the_batch_max_width_is_exact(space, train):
     x = torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(10), dtype=torch.double)
     a = sup(x, w, truncate=True)
     b = sup(x, w, truncate=False)
-    torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+    # float64 rounding differs between the two paths (BN statistics summed over differently shaped tensors);
+    # across CPUs it reaches ~3e-10 after 14 layers. A real masking defect is of order 1e-2.
+    torch.testing.assert_close(a, b, atol=1e-8, rtol=1e-8)
     if not train:
         for k in range(5):
             ch = w[k].tolist()
-            torch.testing.assert_close(a[k], fixed(space, sup, ch).double()(x[k : k + 1])[0], atol=1e-10, rtol=1e-10)
+            torch.testing.assert_close(a[k], fixed(space, sup, ch).double()(x[k : k + 1])[0], atol=1e-8, rtol=1e-8)
 
 
 def test_masked_eval_default_space_dwsep_shift():
@@ -149,7 +151,7 @@ def test_masked_train_uniform_batch_equals_sliced(space):
     ch = space.channels_of(np.r_[0, random_idx(space, 3, seed=7)[2], 0])
     x = torch.randn(6, 3, 16, 16, generator=torch.Generator().manual_seed(8), dtype=torch.double)
     w = torch.tensor([ch] * 6)
-    torch.testing.assert_close(sup(x, w), sup.forward_sliced(x, ch), atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(sup(x, w), sup.forward_sliced(x, ch), atol=1e-8, rtol=1e-8)
 
 
 def test_masked_bn_relu_gradcheck_and_statistics():
