@@ -69,7 +69,7 @@ def join_results(device: str, measure_rows: Sequence[Mapping[str, Any]],
             "predicted_ms": m["predicted_ms"], "measured_ms": m["measured_ms"],
             "measured_ms_min": m["measured_ms_min"], "measured_ms_max": m["measured_ms_max"],
             "meets_target_predicted": m["meets_target_predicted"], "meets_target_measured": m["meets_target_measured"],
-            "seeds": len(rs), "test_acc": float(accs.mean()), "test_acc_low": lo, "test_acc_high": hi,
+            "too_noisy": m["too_noisy"], "seeds": len(rs), "test_acc": float(accs.mean()), "test_acc_low": lo, "test_acc_high": hi,
             "test_acc_std": std, "test_n": int(rs[0]["test_n"]),
             "sum_delta": p.get("sum_delta", float("nan")), "supernet_acc": p.get("supernet_acc", float("nan")),
         })

@@ -68,7 +68,15 @@ def lut_validation(meas: np.ndarray, pred: np.ndarray, base: np.ndarray, meta: M
     )
     ax.legend(fontsize=7, loc="upper left")
     ax.set_aspect("equal", adjustable="box")
+    if meta.get("too_noisy"):
+        _noisy_banner(ax)
     return fig
+
+
+def _noisy_banner(ax) -> None:
+    """Mark a plot whose timings failed the noise gate (D27)."""
+    ax.text(0.5, 0.02, "DEVICE TOO NOISY: timings failed the noise gate", transform=ax.transAxes, ha="center",
+            va="bottom", fontsize=8, color="tab:red", weight="bold")
 
 
 def pareto_front(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> Figure:
@@ -93,6 +101,8 @@ def pareto_front(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> 
                  f"{meta.get('targets_met_measured')}/{meta.get('n')}", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
+    if any(r["too_noisy"] for r in rows):
+        _noisy_banner(ax)
     return fig
 
 
@@ -202,11 +212,14 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     head = (f"| target | method | target [{unit}] | predicted | measured (corrected) | meets (pred / meas) | "
             f"test top-1 [95 % CI] | Σδ | supernet top-1 |\n|---|---|---|---|---|---|---|---|---|")
     lines = [head]
+    if any(r["too_noisy"] for r in rows):
+        lines = ["**Measured on a device too noisy for its latency table (noise gate, docs/method.md D27): rows "
+                 "marked ⚠ are not trustworthy; see the measure file's noise_message.**", "", head]
     order = {m: i for i, m in enumerate(METHODS)}
     for r in sorted(rows, key=lambda r: (r["target_ms"], order.get(r["method"], 9))):
         lines.append(
             f"| {r['target']} | {r['method']} | {r['target_ms']:.3g} | {r['predicted_ms']:.3g} | "
-            f"{r['measured_ms']:.3g} [{r['measured_ms_min']:.3g}–{r['measured_ms_max']:.3g}] | "
+            f"{r['measured_ms']:.3g} [{r['measured_ms_min']:.3g}–{r['measured_ms_max']:.3g}]{' ⚠' if r['too_noisy'] else ''} | "
             f"{'✓' if r['meets_target_predicted'] else '✗'} / {'✓' if r['meets_target_measured'] else '✗'} | "
             f"{100 * r['test_acc']:.2f} % [{100 * r['test_acc_low']:.2f}, {100 * r['test_acc_high']:.2f}] | "
             f"{r['sum_delta']:.3f} | {100 * r['supernet_acc']:.1f} % |")

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.stats import linregress, spearmanr
+from scipy.stats import linregress
 
 from aows_core import artifacts
 from aows_core.artifacts.readers import node_deltas

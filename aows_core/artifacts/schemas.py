@@ -44,6 +44,11 @@ SCHEMAS: Mapping[str, pa.Schema] = MappingProxyType({
             ("p90_ms", pa.float64()),
             ("std_ms", pa.float64()),
             ("n_repeats", pa.int32()),
+            ("ref_ms_raw", pa.float64()),
+            ("pair_ratio", pa.float64()),
+            ("ratio_spread", pa.float64()),
+            ("retimed", pa.bool_()),
+            ("round", pa.int32()),
         ]
     ),
     "lut": pa.schema(
@@ -154,6 +159,7 @@ SCHEMAS: Mapping[str, pa.Schema] = MappingProxyType({
             ("meets_target_measured", pa.bool_()),
             ("rel_error", pa.float64()),
             ("fingerprint_match", pa.bool_()),
+            ("too_noisy", pa.bool_()),
         ]
     ),
     "pareto": pa.schema(
@@ -171,6 +177,7 @@ SCHEMAS: Mapping[str, pa.Schema] = MappingProxyType({
             ("measured_ms_max", pa.float64()),
             ("meets_target_predicted", pa.bool_()),
             ("meets_target_measured", pa.bool_()),
+            ("too_noisy", pa.bool_()),
             ("seeds", pa.int32()),
             ("test_acc", pa.float64()),
             ("test_acc_low", pa.float64()),

@@ -1,8 +1,9 @@
 """The device interface: what a backend measures (§4 profiles whole networks on the target) and how it is identified.
 
-A device times (or counts) the network of a configuration and returns every per-repeat value, the
-wall time spent inside the timed forward passes and the overhead around them (construction,
-export, session creation, warm-up). Its `fingerprint` records everything that makes two timings
+A device builds the network of a configuration (`open` → a `Timer`) and times (or counts) it,
+returning every per-repeat value, the wall time spent inside the timed forward passes and the
+overhead around them (construction, export, session creation, warm-up); `measure_paired` times a
+network and the reference network in alternating chunks (docs/method.md D27). Its `fingerprint` records everything that makes two timings
 comparable (backend, batch, threads, CPU/GPU model, library versions), so a latency table is never
 mixed with timings of another machine or setting. Heavy imports (torch, onnxruntime) happen inside
 the backends, so `aows_core.devices` itself imports only numpy.
@@ -10,6 +11,7 @@ the backends, so `aows_core.devices` itself imports only numpy.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import time
@@ -33,6 +35,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "noise": 0.02,
     "drift": 0.15,
     "nonadditive": 0.02,
+    "interference": 0.0,
+    "regime_dwell": 3.0,
 }
 
 
@@ -46,6 +50,36 @@ class Measurement:
 
     def __post_init__(self) -> None:
         self.samples = np.asarray(self.samples, dtype=np.float64).reshape(-1)
+
+
+@dataclass
+class PairedMeasurement:
+    """Per-chunk values of a network and of the reference timed alternately (D27), seconds timed and of overhead."""
+
+    network: list[np.ndarray]
+    reference: list[np.ndarray]
+    timed_s: float
+    overhead_s: float
+
+
+class Timer:
+    """One built network: `timer(repeats, warmup, min_time_s)` → per-repeat values in the device's unit."""
+
+    def __init__(self, run: Callable[[int, int, float], tuple[np.ndarray, float]],
+                 close: Callable[[], None] | None = None):
+        self._run, self._close, self.timed_s = run, close, 0.0
+
+    def __call__(self, repeats: int, warmup: int, min_time_s: float) -> np.ndarray:
+        """Time the network; `run` returns the values and the seconds spent in timed passes."""
+        values, timed = self._run(repeats, warmup, min_time_s)
+        self.timed_s += float(timed)
+        return np.asarray(values, dtype=np.float64).reshape(-1)
+
+    def close(self) -> None:
+        """Release the network (a session, a module)."""
+        if self._close is not None:
+            self._close()
+            self._close = None
 
 
 class Device:
@@ -80,11 +114,46 @@ class Device:
         """Everything that makes two timings comparable (equal fingerprints ⇒ same target)."""
         return {"backend": self.name, "unit": self.unit, **{k: self.spec[k] for k in self.keys}}
 
+    def open(self, channels: Sequence[int], job: int = 0) -> "Timer":
+        """The network of `channels`, built and ready to time (construction is overhead, not timing)."""
+        raise NotImplementedError
+
     def measure(
         self, channels: Sequence[int], repeats: int, warmup: int = 0, job: int = 0, min_time_s: float = 0.0
     ) -> Measurement:
         """Time the network of `channels`: `warmup` untimed, then ≥ `repeats` timed passes lasting ≥ `min_time_s`."""
-        raise NotImplementedError
+        repeats, warmup = check_counts(repeats, warmup)
+        t0 = time.perf_counter()
+        timer = self.open(channels, job)
+        try:
+            samples = timer(repeats, warmup, min_time_s)
+        finally:
+            timer.close()
+        return Measurement(samples, timer.timed_s, max(time.perf_counter() - t0 - timer.timed_s, 0.0))
+
+    def measure_paired(
+        self, channels: Sequence[int], reference: Sequence[int], repeats: int, warmup: int = 0, job: int = 0,
+        min_time_s: float = 0.0, chunks: int = 5,
+    ) -> "PairedMeasurement":
+        """The network and the reference in `chunks` alternating chunks of ⌈repeats/chunks⌉ passes each (D27).
+
+        Each chunk starts with `warmup` untimed passes (the other network has just run); `min_time_s`
+        is shared among the chunks. Interference that lasts longer than one chunk pair hits both.
+        """
+        repeats, warmup = check_counts(repeats, warmup)
+        if chunks < 1:
+            raise ValueError(f"need chunks ≥ 1, got {chunks}")
+        per, per_time = math.ceil(repeats / chunks), min_time_s / chunks
+        t0 = time.perf_counter()
+        net, ref = self.open(channels, job), self.open(reference, job)
+        try:
+            pairs = [(net(per, warmup, per_time), ref(per, warmup, per_time)) for _ in range(chunks)]
+        finally:
+            net.close()
+            ref.close()
+        timed = net.timed_s + ref.timed_s
+        return PairedMeasurement([p[0] for p in pairs], [p[1] for p in pairs], timed,
+                                 max(time.perf_counter() - t0 - timed, 0.0))
 
     def close(self) -> None:
         """Release what the device holds (sessions, pools)."""

@@ -14,13 +14,12 @@ exact sample per network. Imports numpy only.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..space import SearchSpace, Theta
-from .base import Device, Measurement, check_counts
+from .base import Device, Timer
 
 
 def theta_macs(t: Theta, c_in: int, c_out: int) -> int:
@@ -65,11 +64,7 @@ class Flops(Device):
         """Only the counting convention matters (no machine)."""
         return {**super().fingerprint(), "convention": "MAC; conv, depthwise, pointwise, linear; no BN/ReLU/pool/bias"}
 
-    def measure(
-        self, channels: Sequence[int], repeats: int = 1, warmup: int = 0, job: int = 0, min_time_s: float = 0.0
-    ) -> Measurement:
-        """One exact sample: batch_size × MACs / 1e6."""
-        check_counts(repeats, warmup)
-        t0 = time.perf_counter()
+    def open(self, channels: Sequence[int], job: int = 0) -> Timer:
+        """One exact sample per call: batch_size × MACs / 1e6."""
         value = self.batch_size * network_macs(self.space, channels) / 1e6
-        return Measurement(np.array([value]), 0.0, time.perf_counter() - t0)
+        return Timer(lambda repeats, warmup, min_time_s: (np.array([value]), 0.0))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import gc
 import math
-import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -27,7 +26,7 @@ import numpy as np
 from ..nets import TIMING_WEIGHT_STD, WEIGHT_ALIGN
 from ..nets.onnx import INPUT, IR_VERSION, OPSET, OUTPUT, _io, _model, edge_graph, onnx_from_weights, param_shapes  # noqa: F401 (re-exported)
 from ..space import SearchSpace, check_mobilenet_chain
-from .base import Device, Measurement, check_counts, host_fingerprint, timed_loop, usable_cores
+from .base import Device, Timer, host_fingerprint, timed_loop, usable_cores
 
 GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
 TIMING_FORM = "mobilenet_v1-deploy(bn-folded)/onnx-opset17/external-initializers/iobinding/v1"
@@ -174,25 +173,23 @@ class OnnxRuntime(Device):
             "form": TIMING_FORM,
         }
 
-    def measure(
-        self, channels: Sequence[int], repeats: int, warmup: int = 0, job: int = 0, min_time_s: float = 0.0
-    ) -> Measurement:
-        """Time the graph of `channels` (ms per forward of a batch)."""
-        repeats, warmup = check_counts(repeats, warmup)
-        t0 = time.perf_counter()
-        sess = self.session(channels)
-        binding = sess.io_binding()
+    def open(self, channels: Sequence[int], job: int = 0) -> Timer:
+        """A session of the graph of `channels` with bound input and output, the collector paused while timing (ms)."""
+        state = {"sess": self.session(channels)}
+        binding = state["sess"].io_binding()
         binding.bind_ortvalue_input(INPUT, self._x_value)
         binding.bind_ortvalue_output(OUTPUT, self._y_value)
-        run = sess.run_with_iobinding
-        gc_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            ns = timed_loop(lambda: run(binding), repeats, warmup, min_time_s)
-        finally:
-            if gc_enabled:
-                gc.enable()
-        del binding, sess
-        wall = time.perf_counter() - t0
-        timed = float(ns.sum()) / 1e9
-        return Measurement(ns / 1e6, timed, max(wall - timed, 0.0))
+        state["binding"] = binding
+        run_once = state["sess"].run_with_iobinding
+
+        def run(repeats: int, warmup: int, min_time_s: float) -> tuple[np.ndarray, float]:
+            gc_enabled = gc.isenabled()
+            gc.disable()
+            try:
+                ns = timed_loop(lambda: run_once(binding), repeats, warmup, min_time_s)
+            finally:
+                if gc_enabled:
+                    gc.enable()
+            return ns / 1e6, float(ns.sum()) / 1e9
+
+        return Timer(run, close=state.clear)

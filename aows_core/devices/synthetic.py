@@ -8,10 +8,15 @@ The truth follows the latency model of §4 (eq. lat) plus what breaks it on real
 - a non-additive term: total × nonadditive · sin(2π·1.5·u + φ), u = MACs / MACs(max config);
 - multiplicative drift over the virtual clock `job` (the profiling job index):
   1 + drift·(0.7·sin(2π·job/P₁ + φ₁) + 0.3·sin(2π·job/P₂ + φ₂)), a fast wave and a slow trend;
+- interference: the host flips between a fast and a slow state (× (1 + interference)) with
+  exponentially distributed dwell times of mean `regime_dwell` jobs — a busy shared machine, whose
+  disturbances last longer than one network's timing but are shorter than the reference spacing;
 - multiplicative log-normal noise per repeat, exp(noise·z) (median 1).
 
 Every random choice derives from the seed: the table from `default_rng([seed, 2**32-1, 7])`, the
-noise of job j from `default_rng([seed, j])`, so a resumed run reproduces every sample. Values
+regime switches from `default_rng([seed, 2**32-1, 11])`, the noise of the k-th timing call of job j
+from `default_rng([seed, j])` (k = 0) or `default_rng([seed, j, k])`, so a resumed run reproduces
+every sample. The k-th call of job j sits at virtual time j + k/TICKS for the regime. Values
 are ms per forward of a batch (batch B scales the truth by B^0.9). `timed_s` is the virtual time
 the samples represent. Imports numpy only.
 """
@@ -19,17 +24,17 @@ the samples represent. Imports numpy only.
 from __future__ import annotations
 
 import hashlib
-import time
 from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..space import SearchSpace
-from .base import Device, Measurement, check_counts
+from .base import Device, Timer
 from .flops import network_macs, variable_macs
 
 GENERATOR_VERSION = 1
+TICKS = 64  # virtual-time resolution of the timing calls within one job (regime switches)
 _KINDS = ("conv", "dwsep", "linear")
 
 
@@ -38,14 +43,18 @@ class Synthetic(Device):
 
     name = "synthetic"
     unit = "ms"
-    keys = ("batch_size", "noise", "drift", "nonadditive")
+    keys = ("batch_size", "noise", "drift", "nonadditive", "interference", "regime_dwell")
 
     def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
         super().__init__(spec, space, seed)
         self.noise = float(self.spec["noise"])
         self.drift = float(self.spec["drift"])
         self.nonadditive = float(self.spec["nonadditive"])
-        for k in ("noise", "drift", "nonadditive"):
+        self.interference = float(self.spec["interference"])
+        self.regime_dwell = float(self.spec["regime_dwell"])
+        if self.regime_dwell <= 0:
+            raise ValueError(f"synthetic: regime_dwell must be > 0 jobs, got {self.regime_dwell}")
+        for k in ("noise", "drift", "nonadditive", "interference"):
             if getattr(self, k) < 0:
                 raise ValueError(f"synthetic: {k} must be ≥ 0, got {getattr(self, k)}")
         if self.drift >= 0.95:
@@ -61,6 +70,9 @@ class Synthetic(Device):
         self._phi = rng.uniform(0, 2 * np.pi, size=3)
         self._periods = (rng.uniform(240, 375), rng.uniform(2400, 3750))
         self._macs_max = network_macs(space, space.max_config)
+        self._regime_rng = np.random.default_rng([self.seed, 2**32 - 1, 11])
+        self._switches = np.zeros(0)
+        self._ticks: dict[int, int] = {}
 
     # ---- ground truth ------------------------------------------------------------------
     @cached_property
@@ -105,22 +117,37 @@ class Synthetic(Device):
         wave = 0.7 * np.sin(2 * np.pi * job / p1 + self._phi[1]) + 0.3 * np.sin(2 * np.pi * job / p2 + self._phi[2])
         return float(1.0 + self.drift * wave)
 
+    def regime_factor(self, t: float) -> float:
+        """The interference state at virtual time t (jobs): 1 (fast) or 1 + interference (slow)."""
+        if self.interference == 0:
+            return 1.0
+        while not self._switches.size or self._switches[-1] <= t:
+            last = self._switches[-1] if self._switches.size else 0.0
+            more = last + np.cumsum(self._regime_rng.exponential(self.regime_dwell, size=256))
+            self._switches = np.concatenate([self._switches, more])
+        slow = int(np.searchsorted(self._switches, t, side="right")) % 2 == 1
+        return 1.0 + self.interference if slow else 1.0
+
     # ---- device interface --------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         """Settings, seed and a hash of the hidden table (no machine: synthetic timings travel)."""
         digest = hashlib.sha256(self._table.tobytes()).hexdigest()[:16]
         return {**super().fingerprint(), "seed": self.seed, "generator": GENERATOR_VERSION, "table_hash": digest}
 
-    def measure(
-        self, channels: Sequence[int], repeats: int, warmup: int = 0, job: int = 0, min_time_s: float = 0.0
-    ) -> Measurement:
-        """`repeats` noisy, drifting samples of job `job` (warm-up has no effect); reproducible from (seed, job)."""
-        repeats, warmup = check_counts(repeats, warmup)
+    def open(self, channels: Sequence[int], job: int = 0) -> Timer:
+        """Noisy samples of job `job` under drift and the interference state (warm-up has no effect); the
+        timed seconds are the virtual time the samples represent."""
         job = int(job)
         if job < 0:
             raise ValueError(f"synthetic: job must be ≥ 0, got {job}")
-        t0 = time.perf_counter()
         truth = self.true_latency(channels) * self.drift_factor(job)
-        rng = np.random.default_rng([self.seed, job])
-        samples = truth * np.exp(self.noise * rng.standard_normal(repeats))
-        return Measurement(samples, float(samples.sum()) / 1e3, time.perf_counter() - t0)
+
+        def run(repeats: int, warmup: int, min_time_s: float) -> tuple[np.ndarray, float]:
+            k = self._ticks.get(job, 0)
+            self._ticks[job] = k + 1
+            rng = np.random.default_rng([self.seed, job] if k == 0 else [self.seed, job, k])
+            level = truth * self.regime_factor(job + min(k, TICKS - 1) / TICKS)
+            samples = level * np.exp(self.noise * rng.standard_normal(repeats))
+            return samples, float(samples.sum()) / 1e3
+
+        return Timer(run)

@@ -10,14 +10,13 @@ collector is paused while timing.
 from __future__ import annotations
 
 import gc
-import time
 import warnings
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..space import SearchSpace
-from .base import Device, Measurement, check_counts, host_fingerprint, timed_loop, usable_cores
+from .base import Device, Timer, host_fingerprint, timed_loop, usable_cores
 
 # Bump when the timed form changes (module structure, input, protocol inside `measure`).
 TIMING_FORM = "mobilenet_v1-deploy(bn-folded, relu-inplace, mean-pool)/eager/inference_mode/v1"
@@ -92,29 +91,28 @@ class TorchCPU(Device):
             "form": TIMING_FORM,
         }
 
-    def _run(self, model, repeats: int, warmup: int, min_time_s: float) -> np.ndarray:
-        """Per-repeat forward times in ns."""
+    def _run(self, model, repeats: int, warmup: int, min_time_s: float) -> tuple[np.ndarray, float]:
+        """Per-repeat forward times in ns and the seconds spent in timed passes."""
         x = self.x
-        return timed_loop(lambda: model(x), repeats, warmup, min_time_s)
+        ns = timed_loop(lambda: model(x), repeats, warmup, min_time_s)
+        return ns, float(ns.sum()) / 1e9
 
-    def measure(
-        self, channels: Sequence[int], repeats: int, warmup: int = 0, job: int = 0, min_time_s: float = 0.0
-    ) -> Measurement:
-        """Time the deployment form of `channels` (ms per forward of a batch)."""
+    def open(self, channels: Sequence[int], job: int = 0) -> Timer:
+        """The deployment form of `channels`, timed under inference mode with the collector paused (ms per forward)."""
         import torch
 
-        repeats, warmup = check_counts(repeats, warmup)
-        t0 = time.perf_counter()
         set_torch_threads(self.threads, self.inter_op_threads)
         model = self.factory(channels)
-        gc_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            with torch.inference_mode():
-                ns = self._run(model, repeats, warmup, min_time_s)
-        finally:
-            if gc_enabled:
-                gc.enable()
-        wall = time.perf_counter() - t0
-        timed = float(ns.sum()) / 1e9
-        return Measurement(ns / 1e6, timed, max(wall - timed, 0.0))
+
+        def run(repeats: int, warmup: int, min_time_s: float) -> tuple[np.ndarray, float]:
+            gc_enabled = gc.isenabled()
+            gc.disable()
+            try:
+                with torch.inference_mode():
+                    ns, timed = self._run(model, repeats, warmup, min_time_s)
+            finally:
+                if gc_enabled:
+                    gc.enable()
+            return ns / 1e6, timed
+
+        return Timer(run)

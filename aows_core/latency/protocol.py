@@ -1,13 +1,20 @@
 """The timing protocol of §4 (profiling) and of §7's finalist measurements, as pure functions.
 
-Profiling: a seeded job order (`profile_plan`) of every configuration once (role `sample`), a
-reference network every `reference_every` jobs and `retest` networks a second time at least a third
-of the session later. Drift correction (`correct_drift`): the reference series, smoothed by a running
-median of DRIFT_WINDOW measurements, is interpolated over job order, drift_factor = ref(job) / baseline,
-latency_ms = latency_ms_raw / drift_factor. Noise floor: σ_n = RMS((m₁ − m₂)/m̄)/√2 over retest pairs
-(docs/method.md D3). Measuring (§7, D24): per round ref, shuffle(finalists + ref), ref (`measure_plan`),
-corrected to the LUT's reference baseline (`finalist_rows`). Devices are duck-typed (`measure`,
-`analytic`, `spec`, `keys`); the journal, the device session and the files belong to the stages.
+Profiling: a seeded job order (`profile_plan`) of every configuration once (role `sample`) and
+`retest` networks a second time at least a third of the session later. Two corrections for a host
+whose speed changes (docs/method.md D3, D27):
+
+- `paired` (default): every job times the network and the reference network in alternating chunks;
+  latency_ms = stat(network) / stat(reference) × the session's reference baseline (`correct_paired`). Jobs whose
+  chunk ratios disagree were disturbed while timed and are timed again within a budget (`disturbed`).
+- `interpolated`: a reference job every `reference_every` jobs, smoothed by a running median of
+  DRIFT_WINDOW measurements and interpolated over job order (`correct_drift`).
+
+Noise floor: σ_n = RMS((m₁ − m₂)/m̄)/√2 over retest pairs; the noise gate (`noise_gate`) compares it
+and the reference's instability with `max_noise`. Measuring (§7, D24): finalists in shuffled rounds
+timed exactly as profiling timed (`measure_plan`), corrected to the LUT's reference baseline
+(`finalist_rows`). Devices are duck-typed (`measure`, `measure_paired`, `analytic`, `spec`, `keys`);
+the journal, the device session and the files belong to the stages.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ class Job:
     """One timing of a profiling session (§4): its index, role, configuration and set."""
 
     job: int
-    role: str  # sample | reference | retest
+    role: str  # sample | reference | retest | retime
     config_id: int
     channels: tuple[int, ...]
     set: str | None
@@ -80,11 +87,12 @@ def profile_plan(space: SearchSpace, configs: Any, protocol: Mapping[str, Any], 
     jobs: list[Job] = []
     ref = tuple(reference_config(space))
     every = protocol["reference_every"]
+    interleave = not analytic and protocol["pairing"] == "interpolated"  # paired jobs carry their own reference
     for i, (_, j) in enumerate(keyed):
-        if not analytic and i % every == 0:
+        if interleave and i % every == 0:
             jobs.append(Job(len(jobs), "reference", -1, ref, None))
         jobs.append(Job(len(jobs), j.role, j.config_id, j.channels, j.set))
-    if not analytic:
+    if interleave:
         jobs.append(Job(len(jobs), "reference", -1, ref, None))
     return jobs
 
@@ -150,6 +158,97 @@ def correct_drift(rows: list[dict], window: int = DRIFT_WINDOW,
     return rows, session
 
 
+def correct_paired(rows: list[dict], baseline: float | None = None) -> tuple[list[dict], float]:
+    """Paired correction (D27): latency_ms = pair_ratio × baseline; returns rows and the session's baseline.
+
+    The session's baseline is the median of its jobs' reference timings; latencies are expressed at
+    `baseline` (another session's, e.g. the LUT's) when given. drift_factor = latency_ms_raw / latency_ms.
+    """
+    session = float(np.median([r["ref_ms_raw"] for r in rows])) if rows else float("nan")
+    to = session if baseline is None else float(baseline)
+    for r in rows:
+        r["latency_ms"] = r["pair_ratio"] * to
+        r["drift_factor"] = r["latency_ms_raw"] / r["latency_ms"]
+    return rows, session
+
+
+def correct(rows: list[dict], pairing: str, baseline: float | None = None) -> tuple[list[dict], float]:
+    """The protocol's correction: `correct_paired` or `correct_drift` (D3, D27)."""
+    return correct_paired(rows, baseline) if pairing == "paired" else correct_drift(rows, baseline=baseline)
+
+
+def disturbed(rows: list[dict], threshold: float, budget: int) -> list[dict]:
+    """The jobs to time again: chunk-ratio spread above `threshold`, most disturbed first, at most `budget`."""
+    bad = [r for r in rows if r["role"] != "reference" and r["ratio_spread"] > threshold]
+    return sorted(bad, key=lambda r: -r["ratio_spread"])[:budget]
+
+
+def merge_retimed(rows: list[dict], retimed: list[dict]) -> list[dict]:
+    """Each re-timed job keeps the less disturbed of its two timings (lower chunk-ratio spread); `retimed` marks it."""
+    by_job = {r["retime_of"]: r for r in retimed}
+    out = []
+    for r in rows:
+        r = {**r, "retimed": r["job"] in by_job}
+        again = by_job.get(r["job"])
+        if again is not None and again["ratio_spread"] < r["ratio_spread"]:
+            r.update({k: v for k, v in again.items() if k not in ("job", "role", "config_id", "channels", "set",
+                                                                 "retime_of", "t_abs")})
+        out.append(r)
+    return out
+
+
+def target_gaps(targets_ms: Sequence[float]) -> float:
+    """The smallest relative gap (t_{k+1} − t_k)/t_k between adjacent distinct targets; inf with fewer than two."""
+    t = np.unique(np.asarray([v for v in targets_ms if v > 0], dtype=np.float64))
+    return float(np.min(np.diff(t) / t[:-1])) if t.size >= 2 else float("inf")
+
+
+# The auto noise gate never admits more than this (relative σ_n).
+MAX_NOISE_CAP = 0.05
+
+
+def noise_threshold(max_noise: str | float, targets_ms: Sequence[float]) -> float:
+    """`max_noise` as a number: auto = half the smallest relative gap between adjacent targets, at most 5 %."""
+    if max_noise != "auto":
+        return float(max_noise)
+    return float(min(MAX_NOISE_CAP, 0.5 * target_gaps(targets_ms)))
+
+
+def reference_instability(rows: list[dict], pairing: str) -> float:
+    """Median relative change between successive reference timings, in job order (the host's speed jumps)."""
+    if pairing == "paired":
+        ref = [r["ref_ms_raw"] for r in sorted(rows, key=lambda r: r["job"]) if r["role"] != "reference"]
+    else:
+        ref = [r["latency_ms_raw"] for r in sorted(rows, key=lambda r: r["job"]) if r["role"] == "reference"]
+    v = np.asarray(ref, dtype=np.float64)
+    if v.size < 2:
+        return 0.0
+    return float(np.median(np.abs(np.diff(v)) / (0.5 * (v[1:] + v[:-1]))))
+
+
+def noise_gate(sigma_n: float, instability: float, threshold: float, pairing: str) -> dict[str, Any]:
+    """Whether a session was too noisy to trust (σ_n, or an interpolated reference that jumps, above the threshold),
+    with the message that says so and what to do."""
+    reasons = []
+    if sigma_n > threshold:
+        reasons.append(f"test–retest noise σ_n = {100 * sigma_n:.1f} % exceeds the gate {100 * threshold:.1f} %")
+    if pairing == "interpolated" and instability > threshold:
+        reasons.append(f"the reference jumps by {100 * instability:.1f} % (median) between its timings, more than "
+                       f"{100 * threshold:.1f} %, so interpolating it cannot follow the host")
+    message = ""
+    if reasons:
+        message = (
+            "the device was too noisy for this latency table: " + "; ".join(reasons) + ". Close other programs "
+            "(a test suite or a training on the same cores is enough), pin the timing to one core "
+            "(`taskset -c 1 snakemake ...`), raise profiling.repeats, "
+            + ("use profiling.pairing: paired, " if pairing == "interpolated" else "")
+            + "then profile again (delete the device's results/latency file). Targets closer than twice the noise "
+            "cannot be told apart (profiling.max_noise)."
+        )
+    return {"max_noise": float(threshold), "reference_instability": float(instability),
+            "too_noisy": bool(reasons), "noise_message": message}
+
+
 def timing_counts(device, protocol: Mapping[str, Any]) -> tuple[int, int, float]:
     """(repeats, warm-up, minimum timed seconds) of the protocol; one plain count on an analytic device."""
     if device.analytic:
@@ -157,11 +256,26 @@ def timing_counts(device, protocol: Mapping[str, Any]) -> tuple[int, int, float]
     return int(protocol["repeats"]), int(protocol["warmup"]), protocol["min_time_ms"] / 1e3
 
 
-def time_network(device, channels, job: int, counts: tuple[int, int, float], statistic: str) -> dict[str, Any]:
-    """Time one network under the protocol (§4): the fitted statistic and the raw per-repeat statistics."""
+def time_network(device, channels, job: int, counts: tuple[int, int, float], statistic: str,
+                 reference: Sequence[int] | None = None, chunks: int = 1) -> dict[str, Any]:
+    """Time one network under the protocol (§4): the fitted statistic, the raw per-repeat statistics and, when a
+    `reference` is given, the paired timing (D27): the reference's statistic over its chunks, the ratio of the two
+    statistics (both pooled over the alternating chunks, so both see the same mixture of the host's states) and the
+    per-chunk ratios' relative range (max − min)/median, which shows a job disturbed while it was timed."""
     repeats, warmup, min_time = counts
-    m = device.measure(list(channels), repeats, warmup, job, min_time_s=min_time)
-    s = np.asarray(m.samples, dtype=np.float64)
+    paired = reference is not None and not device.analytic
+    if paired:
+        m = device.measure_paired(list(channels), list(reference), repeats, warmup, job, min_time, chunks)
+        s = np.concatenate(m.network)
+        stat = STATISTICS[statistic]
+        ref = stat(np.concatenate(m.reference))
+        ratios = np.array([stat(a) / stat(b) for a, b in zip(m.network, m.reference)])
+        pair = {"ref_ms_raw": ref, "pair_ratio": stat(s) / ref,
+                "ratio_spread": float((ratios.max() - ratios.min()) / np.median(ratios))}
+    else:
+        m = device.measure(list(channels), repeats, warmup, job, min_time_s=min_time)
+        s = np.asarray(m.samples, dtype=np.float64)
+        pair = {"ref_ms_raw": float("nan"), "pair_ratio": float("nan"), "ratio_spread": float("nan")}
     return {
         "latency_ms_raw": STATISTICS[statistic](s),
         "median_ms": float(np.median(s)),
@@ -173,7 +287,15 @@ def time_network(device, channels, job: int, counts: tuple[int, int, float], sta
         "n_repeats": int(s.size),
         "timed_s": float(m.timed_s),
         "overhead_s": float(m.overhead_s),
+        **pair,
     }
+
+
+def pairing_of(device, protocol: Mapping[str, Any], space: SearchSpace) -> tuple[list[int] | None, int]:
+    """(reference, chunks) for `time_network`: the reference network under paired timing, None otherwise."""
+    if device.analytic or protocol["pairing"] != "paired":
+        return None, 1
+    return reference_config(space), int(protocol["chunks"])
 
 
 # Decisions must carry the LUT's own prediction; anything looser means they were decided on another table.
@@ -196,9 +318,11 @@ class MeasureJob:
 
 
 def measure_plan(
-    networks: Sequence[Sequence[int]], reference: Sequence[int], rounds: int, seed: int, analytic: bool, job_offset: int = 0
+    networks: Sequence[Sequence[int]], reference: Sequence[int], rounds: int, seed: int, analytic: bool, job_offset: int = 0,
+    paired: bool = False,
 ) -> list[MeasureJob]:
-    """The seeded job order (§7 timed with §4's protocol): per round ref, shuffle(networks + ref), ref; analytic: one round, no ref."""
+    """The seeded job order (§7 timed with §4's protocol): per round ref, shuffle(networks + ref), ref; paired: per
+    round shuffle(networks), each timed with its own reference (D27); analytic: one round, no ref."""
     rng = np.random.default_rng([seed, 0x3EA5E])
     ref = tuple(int(c) for c in reference)
     nets = [tuple(int(c) for c in n) for n in networks]
@@ -208,6 +332,10 @@ def measure_plan(
         jobs.append(MeasureJob(job_offset + len(jobs), r, "reference" if k < 0 else "finalist", k, ref if k < 0 else nets[k]))
 
     for r in range(1 if analytic else rounds):
+        if paired and not analytic:
+            for k in rng.permutation(len(nets)):
+                add(r, int(k))
+            continue
         if analytic:
             for k in range(len(nets)):
                 add(r, k)
@@ -221,7 +349,9 @@ def measure_plan(
 
 def protocol_differences(used: Mapping[str, Any], protocol: Mapping[str, Any]) -> list[str]:
     """The timing settings (§4 same form) in which `protocol` differs from the `used` one: "key old → new" each."""
-    differ = [k for k in ("statistic", "repeats", "warmup", "min_time_ms") if k in used and used[k] != protocol[k]]
+    used = {"pairing": "interpolated", **used}  # sessions recorded before D27 interpolated their reference
+    keys = ("statistic", "repeats", "warmup", "min_time_ms", "pairing") + (("chunks",) if protocol["pairing"] == "paired" else ())
+    differ = [k for k in keys if k in used and used[k] != protocol[k]]
     return [f"{k} {used[k]!r} → {protocol[k]!r}" for k in differ]
 
 
@@ -237,30 +367,46 @@ def check_predictions(space: SearchSpace, x: np.ndarray, finalists: Sequence[dic
         f["predicted_ms"] = pred
 
 
-def time_jobs(device, jobs: list[MeasureJob], protocol: Mapping[str, Any],
+def time_jobs(device, jobs: list[MeasureJob], protocol: Mapping[str, Any], space: SearchSpace,
               on_step: Callable[[], None] | None = None) -> list[dict]:
-    """Each job timed as profiling times it (same repeats, warm-up, minimum time and statistic, §4)."""
+    """Each job timed as profiling times it (same repeats, warm-up, minimum time, statistic and pairing, §4, D27)."""
     counts = timing_counts(device, protocol)
+    reference, chunks = pairing_of(device, protocol, space)
     rows = []
     for j in jobs:
         t_abs = time.time()
         rows.append({"job": j.job, "round": j.round, "role": j.role, "network": j.network, "t_abs": t_abs,
-                     **time_network(device, j.channels, j.job, counts, protocol["statistic"])})
+                     **time_network(device, j.channels, j.job, counts, protocol["statistic"], reference, chunks)})
         if on_step is not None:
             on_step()
     return rows
 
 
+def round_noise(per_net: Mapping[int, Sequence[float]]) -> float:
+    """The session's noise from its rounds: pooled standard deviation of log latency across rounds (≈ σ_n)."""
+    dev = [np.log(v) - np.log(v).mean() for v in (np.asarray(x, dtype=np.float64) for x in per_net.values()) if v.size > 1]
+    dof = sum(d.size - 1 for d in dev)
+    return float(np.sqrt(sum(float((d**2).sum()) for d in dev) / dof)) if dof else 0.0
+
+
 def finalist_rows(
     finalists: Sequence[Mapping[str, Any]], rows: list[dict], nets: Sequence[tuple[int, ...]], baseline: float,
-    analytic: bool, device_name: str, match: bool,
-) -> tuple[list[dict[str, Any]], float]:
-    """Drift-correct the timings to the LUT's reference `baseline` and give each finalist its median over rounds (§7, D24)."""
-    rows, session_baseline = correct_drift(rows, baseline=None if analytic else baseline)
+    analytic: bool, device_name: str, match: bool, pairing: str = "interpolated", max_noise: float = float("inf"),
+    lut_too_noisy: bool = False,
+) -> tuple[list[dict[str, Any]], float, float]:
+    """Correct the timings to the LUT's reference `baseline` and give each finalist its median over rounds (§7, D24);
+    returns the rows, the session's own baseline and its noise across rounds. A finalist is flagged `too_noisy`
+    when the LUT's profile failed the noise gate or this session's noise across rounds exceeds `max_noise`."""
+    if analytic:
+        rows, session_baseline = correct_drift(rows)
+    else:
+        rows, session_baseline = correct(rows, pairing, baseline)
     per_net: dict[int, list[tuple[float, float]]] = {}
     for r in rows:
         if r["role"] == "finalist":
             per_net.setdefault(r["network"], []).append((r["latency_ms_raw"], r["latency_ms"]))
+    noise = 0.0 if analytic else round_noise({k: [c for _, c in v] for k, v in per_net.items()})
+    noisy = bool(lut_too_noisy or noise > max_noise)
     index = {n: k for k, n in enumerate(nets)}
     out_rows = []
     for f in finalists:
@@ -284,6 +430,7 @@ def finalist_rows(
                 "meets_target_measured": bool(measured <= f["target_ms"]),
                 "rel_error": f["predicted_ms"] / measured - 1.0,
                 "fingerprint_match": bool(match),
+                "too_noisy": noisy,
             }
         )
-    return out_rows, session_baseline
+    return out_rows, session_baseline, noise

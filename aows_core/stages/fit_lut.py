@@ -53,6 +53,10 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         reference_channels=lmeta["reference_channels"],
         reference_baseline=lmeta["reference_baseline"],
         sigma_n=lmeta["sigma_n"],
+        pairing=lmeta["pairing"],
+        too_noisy=lmeta["too_noisy"],
+        rounds=lmeta["rounds"],
+        rounds_stopped=lmeta["rounds_stopped"],
         lam=chosen.lam,
         ridge=config["lut"]["ridge"],
         n_train=int(len(l_tr)),
@@ -67,9 +71,14 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     )
     artifacts.write_records(lut.lut_records(space, chosen.x, n_obs), outputs["out"], "lut", meta)
     artifacts.write_records(rows, outputs["report"], "lut_fit",
-                            {k: meta[k] for k in ("space_hash", "device", "unit", "aows_version")})
-    return {"lambda": chosen.lam, **{k: rows[best][k] for k in ("train_rmse_ms", "val_rmse_ms", "val_nrmse")}}
+                            {k: meta[k] for k in ("space_hash", "device", "unit", "aows_version", "rounds", "rounds_stopped")})
+    return {"lambda": chosen.lam, **{k: rows[best][k] for k in ("train_rmse_ms", "val_rmse_ms", "val_nrmse")},
+            "rounds": meta["rounds"], "rounds_stopped": meta["rounds_stopped"]}
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"wrote {args.out}: λ = {r['lambda']:.3g}, lambda_val RMSE {r['val_rmse_ms']:.4g} ({100 * r['val_nrmse']:.2f} %)")
+    if r["rounds"]:
+        print(f"  profiled in {len(r['rounds'])} rounds (" + ", ".join(
+            f"{h['train_networks']} networks" + ("" if h["val_nrmse"] is None else f": {100 * h['val_nrmse']:.2f} %")
+            for h in r["rounds"]) + f"); {r['rounds_stopped']}")

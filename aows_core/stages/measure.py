@@ -107,19 +107,21 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         if not dev.analytic and list(lmeta.get("reference_channels") or []) != ref:
             raise MeasureError(f"{latency} used reference {lmeta.get('reference_channels')}, not {ref}; profile again")
         if job_offset is None:
-            jobs_done = ltable.column("job").to_numpy()
-            job_offset = int(jobs_done.max()) + 1 if len(jobs_done) else 0
-        jobs = measure_plan(nets, ref, int(settings["rounds"]), seed, dev.analytic, job_offset)
+            job_offset = int(lmeta["next_job"])
+        paired = protocol["pairing"] == "paired"
+        jobs = measure_plan(nets, ref, int(settings["rounds"]), seed, dev.analytic, job_offset, paired=paired)
         bar = progress_bar(progress, total=len(jobs), desc=f"measure {device_name}", unit="net")
         try:
-            rows = time_jobs(dev, jobs, protocol, on_step=lambda: bar.update(1))
+            rows = time_jobs(dev, jobs, protocol, space, on_step=lambda: bar.update(1))
         finally:
             bar.close()
     finally:
         dev.close()
 
     baseline = float(lmeta["reference_baseline"]) if not dev.analytic else float("nan")
-    out_rows, session_baseline = finalist_rows(finalists, rows, nets, baseline, dev.analytic, device_name, match)
+    out_rows, session_baseline, noise = finalist_rows(
+        finalists, rows, nets, baseline, dev.analytic, device_name, match, pairing=protocol["pairing"],
+        max_noise=float(lmeta["max_noise"]), lut_too_noisy=bool(lmeta["too_noisy"]))
     meta = artifacts.provenance(
         space,
         device_name,
@@ -139,8 +141,16 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         reference_channels=ref,
         reference_baseline=baseline,
         session_reference_baseline=session_baseline,
-        correction="corrected = raw × reference_baseline(LUT) / ref(job); ref = running median of the reference "
-        "series interpolated over job order (as in profiling)",
+        pairing=protocol["pairing"],
+        correction=("corrected = stat(network) / stat(alternating reference) × reference_baseline(LUT), as in "
+                    "profiling (D27)" if protocol["pairing"] == "paired" else
+                    "corrected = raw × reference_baseline(LUT) / ref(job); ref = running median of the reference "
+                    "series interpolated over job order (as in profiling)"),
+        round_noise=noise,
+        max_noise=float(lmeta["max_noise"]),
+        lut_too_noisy=bool(lmeta["too_noisy"]),
+        too_noisy=bool(out_rows[0]["too_noisy"]),
+        noise_message=_noise_message(noise, lmeta),
         networks=[list(n) for n in nets],
         decisions=[f["source"] for f in finalists],
         latency=str(latency),
@@ -152,6 +162,17 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     return out_rows
 
 
+def _noise_message(noise: float, lmeta: Mapping[str, Any]) -> str:
+    """Why this session's finalists are flagged too noisy (empty when they are not)."""
+    parts = []
+    if lmeta["too_noisy"]:
+        parts.append(f"the LUT's profiling session failed the noise gate ({lmeta['noise_message']})")
+    if noise > float(lmeta["max_noise"]):
+        parts.append(f"this session's timings vary by {100 * noise:.1f} % across rounds, more than the gate "
+                     f"{100 * float(lmeta['max_noise']):.1f} %; close other programs and measure again")
+    return "; ".join(parts)
+
+
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     unit = rows[0]["unit"]
     print(f"wrote {args.out}: {len(rows)} finalists on {args.device} ({unit}; measured = median over "
@@ -160,4 +181,5 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     for r in rows:
         print(f"  {r['method']:8s} {r['target']:12s} {r['predicted_ms']:10.4g} {r['measured_ms']:10.4g} "
               f"{100 * r['rel_error']:+7.2f}%  {'yes' if r['meets_target_measured'] else 'NO'}"
-              f"{'' if r['fingerprint_match'] else '  (fingerprint differs from the LUT)'}")
+              f"{'' if r['fingerprint_match'] else '  (fingerprint differs from the LUT)'}"
+              f"{'  (device too noisy)' if r['too_noisy'] else ''}")

@@ -90,6 +90,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         (v,) = [r for r in vt.to_pylist() if r["model"] == "lut"]
         lut_quality = {f"lut_{k}": v[k] for k in ("n", "nrmse", "within_10pct", "kendall_tau")}
         lut_quality["lut_sigma_n"] = vmeta.get("sigma_n")
+        lut_quality["lut_too_noisy"] = vmeta.get("too_noisy")
+        lut_quality["noise_message"] = vmeta.get("noise_message")
     meta = artifacts.provenance(space, device, **lut_quality,
                                 unit=rows[0]["unit"], fingerprint=mmeta.get("fingerprint"),
                                 measured="median over rounds, corrected to the LUT's reference baseline",
@@ -97,6 +99,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
                                 kendall_tau_sum_delta=taus["-sum_delta"], kendall_tau_supernet_acc=taus["supernet_acc"],
                                 kendall_tau_mmacs=taus["-mmacs"], unaries_check=unaries_check,
                                 targets_met_measured=int(sum(r["meets_target_measured"] for r in rows)),
+                                n_too_noisy=int(sum(r["too_noisy"] for r in rows)),
                                 targets_met_predicted=int(sum(r["meets_target_predicted"] for r in rows)), n=len(rows))
     artifacts.write_records(rows, out.with_suffix(".parquet"), "pareto", meta)
     artifacts.save_figure(report.pareto_front(rows, meta), out.with_suffix(".pdf"))

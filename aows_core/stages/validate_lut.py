@@ -52,7 +52,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     flops_tr = np.array([network_macs(space, space.channels_of(k)) for k in idx_tr])
     flops_te = np.array([network_macs(space, space.channels_of(k)) for k in idx_te])
     rows, m_lut, m_flops, a, base = validation_rows(pred, l_te, flops_tr, l_tr, flops_te)
-    noise = {k: lmeta.get(k) for k in ("sigma_n", "retest_pairs", "retest_within_5pct", "retest_within_10pct")}
+    noise = {k: lmeta[k] for k in ("sigma_n", "retest_pairs", "retest_within_5pct", "retest_within_10pct", "pairing",
+                                   "max_noise", "reference_instability", "too_noisy", "noise_message", "retimed")}
     meta = artifacts.provenance(
         space,
         device,
@@ -82,3 +83,5 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
         f"{100 * m['within_10pct']:.1f} % within ±10 %, Kendall τ {m['kendall_tau']:.3f}; "
         f"noise floor σ_n {100 * (r['sigma_n'] or 0):.2f} %, retest pairs within ±10 %: {100 * (r['retest_within_10pct'] or 0):.1f} %"
     )
+    if r["too_noisy"]:
+        print(f"WARNING: {r['noise_message']}")

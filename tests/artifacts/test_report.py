@@ -19,7 +19,7 @@ def _rows():
             rows.append({"method": m, "device": "cpu", "target": target, "target_ms": 1.0 + t, "unit": "ms",
                          "channels": [8, 16], "predicted_ms": lat, "measured_ms": lat, "measured_ms_min": lat - 0.01,
                          "measured_ms_max": lat + 0.02, "meets_target_predicted": True,
-                         "meets_target_measured": t == 1, "seeds": 1, "test_acc": 0.5 + 0.1 * t,
+                         "meets_target_measured": t == 1, "too_noisy": False, "seeds": 1, "test_acc": 0.5 + 0.1 * t,
                          "test_acc_low": 0.45 + 0.1 * t, "test_acc_high": 0.55 + 0.1 * t, "sum_delta": 0.1 * k,
                          "supernet_acc": 0.4})
     return rows
@@ -42,6 +42,16 @@ def test_colours_and_markers_name_every_method():
 def test_lut_validation_figure(tmp_path):
     meas = np.array([1.0, 2.0, 3.0])
     _figure(report.lut_validation(meas, meas * 1.05, meas * 0.9, {"device": "cpu", "unit": "ms", "sigma_n": 0.01}), tmp_path)
+    noisy = report.lut_validation(meas, meas, meas, {"device": "cpu", "unit": "ms", "sigma_n": 0.2, "too_noisy": True})
+    assert any("TOO NOISY" in t.get_text() for t in noisy.axes[0].texts)
+
+
+def test_a_too_noisy_measurement_is_said_in_the_results():
+    rows = _rows()
+    rows[0]["too_noisy"] = True
+    md = report.summary_markdown(rows)
+    assert "too noisy" in md.splitlines()[0] and md.count("⚠") == 2  # the banner and the one row
+    assert "⚠" not in report.summary_markdown(_rows())
 
 
 def test_result_figures(tmp_path):

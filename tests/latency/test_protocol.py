@@ -16,7 +16,7 @@ from aows_core.latency.protocol import (
 )
 from aows_core.space import get_space
 
-PROTOCOL = {"statistic": "median", "repeats": 3, "warmup": 1, "min_time_ms": 0.0}
+PROTOCOL = {"statistic": "median", "repeats": 3, "warmup": 1, "min_time_ms": 0.0, "pairing": "interpolated", "chunks": 5}
 
 
 class _Device:
@@ -32,6 +32,11 @@ def test_protocol_differences_name_each_changed_setting():
     assert protocol_differences({"repeats": 3, "warmup": 1}, PROTOCOL) == []
     assert protocol_differences({"repeats": 5, "statistic": "min", "other": 1}, PROTOCOL) == [
         "statistic 'min' → 'median'", "repeats 5 → 3"]
+    paired = {**PROTOCOL, "pairing": "paired"}
+    # a session recorded before pairing existed interpolated its reference: measuring it paired is refused
+    assert protocol_differences({"repeats": 3, "warmup": 1}, paired) == ["pairing 'interpolated' → 'paired'"]
+    assert protocol_differences({**paired, "chunks": 3}, paired) == ["chunks 3 → 5"]
+    assert protocol_differences({**PROTOCOL, "chunks": 3}, PROTOCOL) == []  # chunks mean nothing interpolated
 
 
 def test_finalists_are_corrected_to_the_lut_baseline():
@@ -39,11 +44,11 @@ def test_finalists_are_corrected_to_the_lut_baseline():
     jobs = measure_plan(nets, ref, rounds=2, seed=0, analytic=False, job_offset=10)
     assert [j.job for j in jobs] == list(range(10, 10 + len(jobs))) and jobs[0].role == jobs[-1].role == "reference"
     steps = []
-    rows = time_jobs(_Device(), jobs, PROTOCOL, on_step=lambda: steps.append(1))
+    rows = time_jobs(_Device(), jobs, PROTOCOL, None, on_step=lambda: steps.append(1))
     assert len(steps) == len(rows) == len(jobs)
     fin = [{"method": "ows", "target": "t", "target_ms": 5.0, "unit": "ms", "channels": list(n), "predicted_ms": 4.0}
            for n in nets]
-    out, session = finalist_rows(fin, rows, nets, baseline=4.0, analytic=False, device_name="d", match=True)
+    out, session, _ = finalist_rows(fin, rows, nets, baseline=4.0, analytic=False, device_name="d", match=True)
     # the drift is linear in the job index: correcting to the undrifted reference (4) removes it
     # (up to the running median's shrunken windows at the ends of the series)
     assert [r["measured_ms"] for r in out] == pytest.approx([3.0, 7.0], rel=1e-2)

@@ -9,7 +9,6 @@ from aows_core.devices.flops import variable_macs
 from aows_core.search.chain import Chain, InfeasibleTarget
 from aows_core.search.sampler import (UNIFORM_ENTROPY, AOWSSampler, TemperatureSchedule, calibrate_scale,
                                      temperature_at)
-from aows_core.search.sampler import uniform_paths as uniform_configs
 from aows_core.search.targets import latency_range, lut_tables
 from aows_core.search.unaries import EpochUnaries, WindowUnaries, all_gather_update, fit_additive, width_signal
 

@@ -81,9 +81,11 @@ def test_output_schema_and_provenance(run):
     assert meta["reference_baseline"] == lmeta["reference_baseline"] and meta["session_reference_baseline"] > 0
     assert meta["fingerprint"] == meta["lut_fingerprint"] == lmeta["fingerprint"]
     assert meta["protocol"] == cfg["profiling"] and meta["rounds"] == 5
-    # every timing is kept: per round the reference 3 times and each distinct network once
+    # every timing is kept: per round each distinct network once, paired with its own reference (D27)
     n_nets = len(meta["networks"])
-    assert n_nets == 2 and len(meta["timings"]) == 5 * (n_nets + 3)
+    assert n_nets == 2 and len(meta["timings"]) == 5 * n_nets
+    assert meta["pairing"] == "paired" and all(t["ref_ms_raw"] > 0 for t in meta["timings"])
+    assert not meta["too_noisy"] and not any(r["too_noisy"] for r in rows) and meta["round_noise"] < 0.05
     x, _ = read_lut(d / "synth_lut.parquet", space)
     for r in rows:
         assert r["predicted_ms"] == pytest.approx(float(lut.predict(space, x, space.indices(r["channels"]))), rel=1e-12)

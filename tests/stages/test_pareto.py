@@ -55,7 +55,7 @@ def _write_inputs(tmp_path, seeds=(0,)):
         mrows.append({"method": f["method"], "device": "cpu", "target": f["target"], "target_ms": lat + 0.5, "unit": "ms",
                       "channels": f["channels"], "predicted_ms": lat, "measured_ms_raw": lat * 1.1, "measured_ms": lat * 1.05,
                       "measured_ms_min": lat, "measured_ms_max": lat * 1.1, "rounds": 5, "meets_target_predicted": True,
-                      "meets_target_measured": lat * 1.05 <= lat + 0.5, "rel_error": 1 / 1.05 - 1, "fingerprint_match": True})
+                      "meets_target_measured": lat * 1.05 <= lat + 0.5, "rel_error": 1 / 1.05 - 1, "fingerprint_match": True, "too_noisy": False})
         for s in seeds:
             correct = 500 + 50 * k + 7 * s
             lo, hi = evaluation.wilson_interval(correct, 1000)

@@ -10,15 +10,22 @@ from aows_core.stages.profile import profile_session as profile
 from stage_calls import fit_lut, sample, validate_lut
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
+# Recovery against the noise-free truth. Paired timing (D27) divides by a reference timed in the same job, whose
+# noise adds in quadrature on a quiet host (√2 × the interpolated protocol's, where 10 smoothed references share
+# it): the price of cancelling interference that lasts seconds.
+TRUTH_BOUND = {"interpolated": 0.02, "paired": 0.025}
+
+
+@pytest.fixture(scope="module", params=["interpolated", "paired"])
+def run(tmp_path_factory, request):
     d = tmp_path_factory.mktemp("pipe")
     cfg = validate(
         {
             "seed": 7,
             "devices": {"synth": {"backend": "synthetic", "noise": 0.02, "drift": 0.25, "nonadditive": 0.01}},
             "sampling": {"coverage": 8, "lambda_val": 60, "test": 150},
-            "profiling": {"repeats": 15, "retest": 50, "reference_every": 10},
+            "profiling": {"repeats": 15, "retest": 50, "reference_every": 10, "pairing": request.param,
+                          "max_rounds": 1},
         }
     )
     sample(cfg, d / "configs.parquet")
@@ -47,7 +54,7 @@ def test_hidden_table_is_recovered_to_the_noise_floor(run):
     truth = np.array([dev.true_latency(c) for c in pred.column("channels").to_pylist()])
     p = pred.column("predicted_ms").to_numpy()
     ratio = p / truth
-    assert np.std(np.log(ratio)) < 0.02
+    assert np.std(np.log(ratio)) < TRUTH_BOUND[cfg["profiling"]["pairing"]]
 
 
 def test_fit_report_scans_lambda_including_zero(run):

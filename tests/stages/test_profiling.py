@@ -29,8 +29,11 @@ SYNTH = {"backend": "synthetic", "batch_size": 1, "threads": 1, "noise": 0.01, "
 def test_plan_orders_samples_retests_and_references(tiny_space, tmp_path):
     write_uniform_configs(tiny_space, tmp_path / "c.parquet", (60, 20, 40))
     configs, _ = io.read_table(tmp_path / "c.parquet", "configs")
-    p = protocol(retest=15, reference_every=10)
+    p = protocol(retest=15, reference_every=10, pairing="interpolated")
+    paired = plan(tiny_space, configs, protocol(retest=15), seed=3, analytic=False)
+    assert all(j.role != "reference" for j in paired)  # paired jobs carry their own reference (D27)
     jobs = plan(tiny_space, configs, p, seed=3, analytic=False)
+    assert [(j.role, j.config_id) for j in jobs if j.role != "reference"] == [(j.role, j.config_id) for j in paired]
     assert jobs == plan(tiny_space, configs, p, seed=3, analytic=False)  # deterministic
     assert [j.job for j in jobs] == list(range(len(jobs)))
     samples = [j for j in jobs if j.role == "sample"]
@@ -132,8 +135,8 @@ def test_finished_session_removes_its_journal_and_a_rerun_times_again(tiny_space
     from aows_core.devices.synthetic import Synthetic
 
     calls = []
-    measure = Synthetic.measure
-    monkeypatch.setattr(Synthetic, "measure", lambda self, *a, **k: calls.append(1) or measure(self, *a, **k))
+    open_ = Synthetic.open
+    monkeypatch.setattr(Synthetic, "open", lambda self, *a, **k: calls.append(1) or open_(self, *a, **k))
     write_uniform_configs(tiny_space, tmp_path / "c.parquet")
     first = _run(tiny_space, tmp_path)
     assert list((tmp_path / "resume").iterdir()) == []
@@ -160,7 +163,8 @@ def test_sigkilled_real_profiling_resumes_without_loss_or_duplicates(tiny_space,
 
     space = get_space("mobilenet_v1_fmnist")
     write_uniform_configs(space, tmp_path / "c.parquet", (40, 10, 20))
-    cfg = json.dumps({"profiling": {"repeats": 10, "retest": 5, "reference_every": 10, "checkpoint_every": 1}})
+    cfg = json.dumps({"profiling": {"repeats": 10, "retest": 5, "reference_every": 10, "checkpoint_every": 1,
+                                    "max_rounds": 1}})
     cmd = [sys.executable, "-m", "aows_core.cli", "profile", "--config-json", cfg, "--device", "cpu",
            "--configs", str(tmp_path / "c.parquet"), "--out", str(tmp_path / "cpu.parquet"),
            "--resume-dir", str(tmp_path / "resume"), "--quiet"]

@@ -1,0 +1,125 @@
+"""Timing under interference (docs/method.md D27): each protocol profiled quiet and with a background load, side by side.
+
+For every (load, pairing) session it runs the real stages on the default space — `profile` (torch-cpu or
+onnxruntime, the default protocol with `pairing` overridden), `fit-lut`, `validate-lut` — and reports the
+test–retest noise σ_n, the reference's instability, the held-out NRMSE, the share of held-out networks within
+±10 %, Kendall τ, the noise gate, the re-timed jobs and the session's wall time. The paired/interpolated ratios
+are printed per load condition.
+
+The load is a process the benchmark starts itself, pinned to one core: it alternates bursts of busy work
+(numpy matrix products, 1–5 s) with idle gaps (1–5 s) for the whole loaded session — interference lasting
+seconds, like a shared host — and is stopped when the session ends (or the benchmark is interrupted).
+
+    python bench/bench_interference.py                      # default space, torch-cpu, 4 sessions
+    python bench/bench_interference.py --quick              # a small check that everything runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from aows_core.config import validate
+from aows_core.stages import fit_lut, sample, validate_lut
+from aows_core.stages.profile import run as profile
+
+
+def _load(core: int, seed: int, stop) -> None:
+    """Busy bursts and idle gaps of 1–5 s each on `core` until `stop` is set."""
+    try:
+        os.sched_setaffinity(0, {core})
+    except (AttributeError, OSError):
+        pass
+    os.environ["OMP_NUM_THREADS"] = "1"
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((256, 256))
+    while not stop.is_set():
+        end = time.perf_counter() + rng.uniform(1, 5)
+        while time.perf_counter() < end and not stop.is_set():
+            a = np.tanh(a @ a.T / 256)
+        stop.wait(rng.uniform(1, 5))
+
+
+def session(cfg: dict, device: str, pairing: str, loaded: bool, d: Path, core: int) -> dict:
+    """One profile → fit → validate session; returns its figures."""
+    cfg = {**cfg, "profiling": {**cfg["profiling"], "pairing": pairing}}
+    name = f"{pairing}_{'loaded' if loaded else 'quiet'}"
+    stop = mp.Event()
+    proc = mp.Process(target=_load, args=(core, 7, stop), daemon=True) if loaded else None
+    if proc is not None:
+        proc.start()
+    t0 = time.perf_counter()
+    try:
+        res = profile(cfg, {"configs": d / "configs.parquet"}, {"out": d / f"{name}.parquet"}, device=device,
+                      resume_dir=d / f"resume_{name}", progress=False)
+    finally:
+        if proc is not None:
+            stop.set()
+            proc.join(10)
+            if proc.is_alive():
+                proc.terminate()
+    wall = time.perf_counter() - t0
+    fit_lut.run(cfg, {"latency": d / f"{name}.parquet"},
+                {"out": d / f"{name}_lut.parquet", "report": d / f"{name}_fit.parquet"}, device=device)
+    v = validate_lut.run(cfg, {"latency": d / f"{name}.parquet", "lut": d / f"{name}_lut.parquet"},
+                         {"out": d / f"{name}_val.parquet", "predictions": d / f"{name}_pred.parquet",
+                          "plot": d / f"{name}_val.pdf"}, device=device)
+    return {"pairing": pairing, "load": "loaded" if loaded else "quiet", "sigma_n": res["sigma_n"],
+            "retest_within_10pct": res["retest_within_10pct"], "reference_instability": res["reference_instability"],
+            "nrmse": v["lut"]["nrmse"], "within_10pct": v["lut"]["within_10pct"], "kendall_tau": v["lut"]["kendall_tau"],
+            "too_noisy": res["too_noisy"], "retimed": res["retimed"], "jobs": res["total"], "wall_s": wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu", help="a device of the default config (cpu = torch-cpu, onnxruntime)")
+    ap.add_argument("--pairings", nargs="+", default=["interpolated", "paired"])
+    ap.add_argument("--loads", nargs="+", default=["quiet", "loaded"])
+    ap.add_argument("--core", type=int, default=0, help="the core the background load is pinned to")
+    ap.add_argument("--quick", action="store_true", help="a small space and few networks: checks that it runs")
+    ap.add_argument("--max-rounds", type=int, default=1,
+                    help="profiling rounds (D28); 1 compares the protocols on the same networks")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = ap.parse_args()
+    raw: dict = {"profiling": {"max_rounds": args.max_rounds}}
+    if args.quick:
+        raw = {"space": {"width_mult": 0.25, "n_choices": 3}, "sampling": {"coverage": 2, "lambda_val": 10, "test": 20},
+               "profiling": {"repeats": 5, "retest": 8, "min_time_ms": 5, "max_rounds": args.max_rounds}}
+    cfg = validate(raw)
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        sample.run(cfg, {}, {"out": d / "configs.parquet"})
+        for load in args.loads:
+            for pairing in args.pairings:
+                rows.append(session(cfg, args.device, pairing, load == "loaded", d, args.core))
+                r = rows[-1]
+                print(f"  {r['load']:6s} {r['pairing']:12s} σ_n {100 * r['sigma_n']:5.2f} %  NRMSE "
+                      f"{100 * r['nrmse']:5.2f} %  ±10 % {100 * r['within_10pct']:5.1f} %  ({r['wall_s']:.0f} s)", flush=True)
+    print(f"\ndevice {args.device}, protocol {json.dumps({k: cfg['profiling'][k] for k in ('repeats', 'chunks', 'reference_every', 'retest', 'min_time_ms')})}")
+    print("| load | pairing | σ_n | retest ±10 % | ref. jumps | held-out NRMSE | within ±10 % | Kendall τ | gate | re-timed | wall |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['load']} | {r['pairing']} | {100 * r['sigma_n']:.2f} % | {100 * r['retest_within_10pct']:.0f} % | "
+              f"{100 * r['reference_instability']:.1f} % | {100 * r['nrmse']:.2f} % | {100 * r['within_10pct']:.1f} % | "
+              f"{r['kendall_tau']:.3f} | {'too noisy' if r['too_noisy'] else 'pass'} | {r['retimed']}/{r['jobs']} | "
+              f"{r['wall_s']:.0f} s |")
+    by = {(r["load"], r["pairing"]): r for r in rows}
+    for load in args.loads:
+        a, b = by.get((load, "paired")), by.get((load, "interpolated"))
+        if a and b:
+            print(f"{load}: paired / interpolated — σ_n ×{a['sigma_n'] / b['sigma_n']:.2f}, NRMSE ×{a['nrmse'] / b['nrmse']:.2f}, "
+                  f"wall ×{a['wall_s'] / b['wall_s']:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Timing on a busy host (docs/method.md D27): paired timing, re-timing of disturbed jobs, the noise gate."""
+
+import math
+
+import numpy as np
+import pytest
+
+from aows_core import artifacts as io
+from aows_core.config import validate
+from aows_core.devices import get_device
+from aows_core.latency.protocol import finalist_rows, noise_gate, noise_threshold, target_gaps
+from aows_core.stages.profile import profile_session as profile
+from conftest import write_uniform_configs
+
+BUSY = {"backend": "synthetic", "noise": 0.01, "drift": 0.3, "nonadditive": 0.0, "interference": 0.3,
+        "regime_dwell": 3.0}
+
+
+def protocol(**kw):
+    return {**validate({})["profiling"], "repeats": 10, "retest": 30, "reference_every": 8, **kw}
+
+
+def _profile(space, tmp_path, name, p, spec=BUSY, stop_after=None, resume="resume"):
+    return profile(space, "busy", spec, tmp_path / "c.parquet", tmp_path / f"{name}.parquet", tmp_path / resume, p,
+                   seed=1, progress=False, stop_after=stop_after, targets=["range:0.2", "range:0.6"])
+
+
+def _log_error(space, path, spec=BUSY):
+    """Spread of log(measured / truth) over the sampled networks (a common scale removed)."""
+    dev = get_device(spec, space, 1)
+    rows = [r for r in io.read_table(path, "latency")[0].to_pylist() if r["role"] == "sample"]
+    e = np.log([r["latency_ms"] / dev.true_latency(r["channels"]) for r in rows])
+    return float(np.std(e))
+
+
+def test_regimes_are_seeded_and_absent_without_interference(tiny_space):
+    a, b = get_device(BUSY, tiny_space, 4), get_device(BUSY, tiny_space, 4)
+    t = np.linspace(0, 200, 801)
+    fa = np.array([a.regime_factor(x) for x in t])
+    assert np.array_equal(fa, [b.regime_factor(x) for x in t]) and set(np.round(fa, 6)) == {1.0, 1.3}
+    # dwell ≈ regime_dwell jobs: about 200/3 switches over 200 jobs
+    assert 35 < np.count_nonzero(np.diff(fa)) < 110
+    quiet = get_device({**BUSY, "interference": 0.0}, tiny_space, 4)
+    assert all(quiet.regime_factor(x) == 1.0 for x in t)
+
+
+def test_paired_timing_cancels_interference_that_interpolation_cannot_follow(tiny_space, tmp_path):
+    write_uniform_configs(tiny_space, tmp_path / "c.parquet", (80, 10, 60))
+    with pytest.warns(UserWarning, match="too noisy"):
+        inter = _profile(tiny_space, tmp_path, "interpolated", protocol(pairing="interpolated"))
+    paired = _profile(tiny_space, tmp_path, "paired", protocol())
+    # the host is 30 % slower a third of the time, switching every ~3 jobs: references 8 jobs apart miss it
+    assert inter["sigma_n"] > 0.05 and inter["too_noisy"] and inter["reference_instability"] > inter["max_noise"]
+    assert "σ_n" in inter["noise_message"] and "taskset" in inter["noise_message"]
+    assert paired["sigma_n"] < 0.02 and not paired["too_noisy"] and paired["noise_message"] == ""
+    e_inter, e_paired = _log_error(tiny_space, tmp_path / "interpolated.parquet"), _log_error(tiny_space, tmp_path / "paired.parquet")
+    assert e_paired < 0.3 * e_inter and e_paired < 0.02
+    _, meta = io.read_table(tmp_path / "interpolated.parquet", "latency")
+    assert meta["too_noisy"] and meta["pairing"] == "interpolated" and meta["max_noise"] == pytest.approx(0.05)
+
+
+def test_jobs_disturbed_while_timed_are_timed_again_and_resume_exactly(tiny_space, tmp_path):
+    write_uniform_configs(tiny_space, tmp_path / "c.parquet", (60, 10, 30))
+    fast = {**BUSY, "regime_dwell": 0.15}  # switches within one job's chunks
+    p = protocol(retest=10, retime=0.2)
+    full = _profile(tiny_space, tmp_path, "full", p, spec=fast, resume="a")
+    table, meta = io.read_table(tmp_path / "full.parquet", "latency")
+    rows = table.to_pylist()
+    n_plan = len(rows)
+    assert 0 < full["retimed"] <= math.ceil(0.2 * n_plan) and meta["retimed"] == full["retimed"]
+    assert sum(r["retimed"] for r in rows) == full["retimed"] and meta["next_job"] == n_plan + full["retimed"]
+    assert full["total"] == n_plan + full["retimed"]
+    # interrupted inside the re-timing phase, then resumed: the same file
+    part = _profile(tiny_space, tmp_path, "part", p, spec=fast, resume="b", stop_after=n_plan + 1)
+    assert not part["complete"] and part["done"] == n_plan + 1
+    _profile(tiny_space, tmp_path, "part", p, spec=fast, resume="b")
+    again = io.read_table(tmp_path / "part.parquet", "latency")[0].drop(["t_start_s"]).to_pylist()
+    assert again == table.drop(["t_start_s"]).to_pylist()
+    # the budget bounds the work: none re-timed with retime 0
+    none = _profile(tiny_space, tmp_path, "none", protocol(retest=10, retime=0.0), spec=fast, resume="c")
+    assert none["retimed"] == 0
+
+
+def test_noise_threshold_from_the_targets():
+    assert target_gaps([1.0, 2.0, 1.5]) == pytest.approx(1 / 3)
+    assert target_gaps([1.0]) == math.inf
+    assert noise_threshold("auto", [1.0, 1.5, 2.0]) == pytest.approx(0.05)  # capped
+    assert noise_threshold("auto", [1.0, 1.05, 2.0]) == pytest.approx(0.025)  # targets 5 % apart: 2.5 % noise
+    assert noise_threshold(0.1, [1.0, 1.05]) == 0.1
+    gate = noise_gate(0.03, 0.2, 0.025, "paired")
+    assert gate["too_noisy"] and "3.0 %" in gate["noise_message"] and "2.5 %" in gate["noise_message"]
+    assert not noise_gate(0.02, 0.2, 0.025, "paired")["too_noisy"]  # a paired session ignores reference jumps
+    assert noise_gate(0.02, 0.2, 0.025, "interpolated")["too_noisy"]
+
+
+def _rows(values):
+    """Paired measure rows: network k has the chunk ratios `values[k]` over its rounds."""
+    out, job = [], 0
+    for k, vs in enumerate(values):
+        for v in vs:
+            out.append({"job": job, "round": job, "role": "finalist", "network": k, "latency_ms_raw": v,
+                        "ref_ms_raw": 1.0, "pair_ratio": v, "ratio_spread": 0.0})
+            job += 1
+    return out
+
+
+def test_finalists_are_flagged_when_the_lut_or_the_session_was_too_noisy():
+    nets = [(1,), (2,)]
+    fin = [{"method": "ows", "target": "t", "target_ms": 5.0, "unit": "ms", "channels": list(n), "predicted_ms": 1.0}
+           for n in nets]
+    quiet = _rows([[1.0, 1.01, 0.99], [2.0, 2.02, 1.98]])
+    out, _, noise = finalist_rows(fin, quiet, nets, 1.0, False, "d", True, pairing="paired", max_noise=0.05)
+    assert noise < 0.02 and not any(r["too_noisy"] for r in out)
+    assert [r["measured_ms"] for r in out] == pytest.approx([1.0, 2.0])
+    out, _, _ = finalist_rows(fin, _rows([[1.0, 1.01, 0.99], [2.0, 2.02, 1.98]]), nets, 1.0, False, "d", True,
+                              pairing="paired", max_noise=0.05, lut_too_noisy=True)
+    assert all(r["too_noisy"] for r in out)
+    busy = _rows([[1.0, 1.3, 0.8], [2.0, 2.6, 1.7]])
+    out, _, noise = finalist_rows(fin, busy, nets, 1.0, False, "d", True, pairing="paired", max_noise=0.05)
+    assert noise > 0.05 and all(r["too_noisy"] for r in out)
