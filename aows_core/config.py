@@ -23,7 +23,8 @@ from . import __version__
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
 
-# Which top-level sections each stage reads: its params hash covers exactly these.
+# Which top-level sections each stage reads: its params hash covers exactly these. `train` (device and
+# precision, D27) belongs to the stages that run a network in training or evaluation, and to no other.
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "sample": ("seed", "space", "sampling"),
     "profile": ("seed", "space", "profiling"),
@@ -31,14 +32,14 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "validate_lut": ("space",),
     "check_target": ("space",),
     "decode": ("space", "decode"),
-    "train_ows": ("seed", "space", "data", "supernet"),
-    "train_aows": ("seed", "space", "data", "supernet", "aows"),
-    "greedy": ("seed", "space", "data", "supernet", "greedy"),
+    "train_ows": ("seed", "space", "data", "supernet", "train"),
+    "train_aows": ("seed", "space", "data", "supernet", "aows", "train"),
+    "greedy": ("seed", "space", "data", "supernet", "greedy", "train"),
     "decide_baseline": ("space",),
-    "retrain": ("seed", "space", "data", "retrain"),
+    "retrain": ("seed", "space", "data", "retrain", "train"),
     "relabel": ("space",),
     "export": ("seed", "space", "data"),
-    "proxy": ("seed", "space", "data", "supernet", "greedy"),
+    "proxy": ("seed", "space", "data", "supernet", "greedy", "train"),
     "pareto": ("space",),
     "measure": ("seed", "space", "profiling", "measure"),
 }
