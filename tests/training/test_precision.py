@@ -22,8 +22,9 @@ TRAINING_STAGES = {"train_ows", "train_aows", "greedy", "proxy", "retrain"}
 TINY = {
     "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},
     "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
-    "supernet": {"epochs": 1, "batch_size": 32, "checkpoint_every": 3, "threads": 1, "estimate_configs": 24,
+    "supernet": {"epochs": 2, "batch_size": 32, "checkpoint_every": 3, "threads": 1, "estimate_configs": 24,
                  "estimate_batch": 32, "estimate_images": 64},
+    "aows": {"warmup_epochs": 1, "window": 50, "refresh": 3, "estimate_configs": 16},
     "greedy": {"n_eval": 64, "n_cal": 64, "batch_size": 64},
     "retrain": {"epochs": 1, "batch_size": 64, "checkpoint_every": 2, "eval_batch_size": 2000, "seeds": None},
 }
@@ -168,6 +169,32 @@ def test_a_bf16_supernet_trains_and_resumes_exactly(bf16_supernet, tmp_path):
     fp32 = validate({**TINY, "train": {"device": "cpu", "precision": "fp32"}})
     train_supernet(fp32, tmp_path / "fp32", tmp_path / "r32", method="ows", progress=False)
     assert not _same(torch.load(tmp_path / "fp32/model.pt", weights_only=False)["model"], weights)  # autocast acted
+
+
+@pytest.mark.slow
+def test_a_bf16_aows_supernet_resumes_exactly(bf16_supernet, tmp_path):
+    """Adaptive sampling with frozen-weight estimation passes under autocast, stopped mid-epoch and resumed."""
+    from aows_core.devices.flops import variable_macs
+    from aows_core.latency import lut
+
+    cfg, d, _ = bf16_supernet
+    space = space_from_config(cfg)
+    meta = io.provenance(space_name=space.name, space_hash=space.hash, device="flops", unit="MMAC per forward",
+                         unit_short="MMAC", fingerprint={"backend": "flops"}, lam=0.0)
+    rows = lut.lut_records(space, variable_macs(space) / 1e6, np.ones(space.n_variables, int))
+    io.write_records(rows, tmp_path / "lut.parquet", "lut", meta)
+
+    def run(name, stop_after=None):
+        return train_supernet(cfg, tmp_path / name, tmp_path / f"r_{name}", method="aows", device="flops",
+                              lut_path=tmp_path / "lut.parquet", target="range:0.3",
+                              init_from=d / "out/checkpoints/after_1.pt", progress=False, stop_after_steps=stop_after)
+
+    full = run("full")
+    assert full["complete"] and full["metrics"]["sampling"] == "aows" and np.isfinite(full["metrics"]["loss_max"])
+    assert not run("resumed", stop_after=4)["complete"]
+    run("resumed")
+    assert _same(torch.load(tmp_path / "resumed/model.pt", weights_only=False)["model"],
+                 torch.load(tmp_path / "full/model.pt", weights_only=False)["model"])
 
 
 @pytest.mark.slow
