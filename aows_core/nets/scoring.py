@@ -2,9 +2,10 @@
 
 `SubnetScorer` gives the top-1 errors and summed cross-entropy of a configuration of the slimmable
 supernet on fixed evaluation images, BatchNorm recalibrated per candidate with the exact statistics of
-fixed calibration images (§3; docs/method.md, D22). Under autocast the convolutions run in reduced precision,
-the recalibration statistics and normalisation in float32 (D27); the images must be on the model's device. A candidate that differs from
-the current configuration from edge `start_edge` on reuses the cached activations before it.
+fixed calibration images (§3; docs/method.md, D22). A candidate that differs from the current
+configuration from edge `start_edge` on reuses the cached activations before it. Under autocast the
+convolutions run in reduced precision, the recalibration statistics and normalisation in float32 (D27);
+the images must be on the model's device.
 """
 
 from __future__ import annotations

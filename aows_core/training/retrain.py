@@ -4,9 +4,10 @@ Initialisation derives from the run's seed, data order and augmentation from (se
 the splits' batch seed (`DataSpec.batch_seed`; the splits themselves always come from the config's
 top-level seed, whatever the run's seed), so a run killed at any step and resumed
 from its last checkpoint (`artifacts.resume`, outside the declared outputs) ends with the same
-weights as an uninterrupted one. Device and precision: the config's `train:` section (`training.accelerator`,
-docs/method.md D27), forward under torch.autocast, fp16 with a gradient scaler resumed with the rest. The stage evaluates the result once on the test split
-(`nets.scoring.top1`, `evaluation.wilson_interval`) and writes it.
+weights as an uninterrupted one. Device and precision: the config's `train:` section
+(`training.accelerator`, docs/method.md D27), forwards under torch.autocast, fp16 with a gradient scaler
+resumed with the rest. The stage evaluates the result once on the test split (`nets.scoring.top1`,
+`evaluation.wilson_interval`) and writes it.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
         return {"loss": f"{loss.item():.3f}"}
 
     bar = progress_bar(progress, total=total, initial=pos.epoch * steps + pos.step, desc=desc, unit="step")
-    complete = run_epochs(pos, epochs=E, steps=steps, batches=lambda e, s: accel.batches(splits.train_batches(e, start_step=s)),
-                          step=step, end_epoch=lambda e: None, save=save, checkpoint_every=int(rt["checkpoint_every"]),
+    complete = run_epochs(pos, epochs=E, steps=steps,
+                          batches=lambda e, s: accel.batches(splits.train_batches(e, start_step=s)), step=step, end_epoch=lambda e: None, save=save, checkpoint_every=int(rt["checkpoint_every"]),
                           stop_after=stop_after, bar=bar, start_epoch=start_epoch)
     return RetrainResult(complete, pos.epoch, pos.step, model, acc["seconds"], acc["loss_sum"], acc["loss_n"])

@@ -9,11 +9,9 @@ import torch.nn.functional as F
 from aows_core import artifacts as io
 from aows_core.config import STAGE_SECTIONS, ConfigError, net_key, settings_hash, space_from_config, stage_settings
 from aows_core.config import validate
-from aows_core.nets.mobilenet import MobileNetV1
 from aows_core.nets.sandwich import sandwich_step
 from aows_core.nets.slimmable import MaskedBNReLU, SlimmableMobileNetV1, widths_tensor
 from aows_core.search.sampler import uniform_layer_indices
-from aows_core.space import mobilenet_v1_space
 from aows_core.stages import retrain as retrain_stage
 from aows_core.training.accelerator import Accelerator, accelerator, resolve_device
 from stage_calls import greedy_trajectory, train_supernet
