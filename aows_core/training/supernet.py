@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..artifacts import read_epoch_checkpoint, save_torch
-from ..config import ConfigError, data_spec, settings_hash, space_from_config, stage_settings
+from ..config import data_spec, settings_hash, space_from_config, stage_settings
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
 from .accelerator import Accelerator, check_precision
@@ -208,10 +208,7 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
     lo, hi = shard_bounds(B, ddp.rank, ddp.world)
 
     precision = str(config["train"]["precision"])
-    check_precision(precision, ddp.device)
-    if precision == "fp16" and ddp.world > 1:
-        raise ConfigError(f"config key train.precision: fp16 with supernet.processes = {ddp.world} is not supported "
-                          "(each rank's gradient scaler would skip steps on its own); use train.precision: bf16")
+    check_precision(precision, ddp.device)  # fp16 with several processes is refused when the config is read
     accel = Accelerator(ddp.device, precision)
     torch.manual_seed(seed)
     model = SlimmableMobileNetV1(space, channels_last=bool(sn["channels_last"])).to(accel.device)

@@ -51,9 +51,16 @@ def test_cuda_without_cuda_is_refused_naming_the_key_and_the_fix(monkeypatch):
         accelerator(validate({"train": {"device": "cuda"}}))
 
 
-def test_fp16_on_the_cpu_is_refused_naming_the_key_and_the_fix():
-    with pytest.raises(ConfigError, match=r"train\.precision: fp16 trains on CUDA only.*use train\.precision: bf16"):
-        accelerator(validate({"train": {"device": "cpu", "precision": "fp16"}}))
+def test_fp16_on_the_cpu_is_refused_naming_the_key_and_the_fix(monkeypatch):
+    needle = r"train\.precision: fp16 trains on CUDA only.*use train\.precision: bf16"
+    with pytest.raises(ConfigError, match=needle):  # when the config is read: no machine trains fp16 on `cpu`
+        validate({"train": {"device": "cpu", "precision": "fp16"}})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = validate({"train": {"precision": "fp16"}})  # auto: a valid config, for GPU machines
+    with pytest.raises(ConfigError, match=needle):  # and refused where auto resolves to the CPU
+        accelerator(cfg)
+    with pytest.raises(ConfigError, match=r"train\.precision: fp16 with supernet\.processes = 2 is not supported"):
+        validate({"train": {"precision": "fp16"}, "supernet": {"processes": 2}})
 
 
 def test_a_stage_refuses_before_it_trains(monkeypatch, tmp_path):
