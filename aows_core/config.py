@@ -23,7 +23,8 @@ from . import __version__
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
 
-# Which top-level sections each stage reads: its params hash covers exactly these.
+# Which top-level sections each stage reads: its params hash covers exactly these. `train` (device and
+# precision, D29) belongs to the stages that run a network in training or evaluation, and to no other.
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "sample": ("seed", "space", "sampling"),
     "profile": ("seed", "space", "profiling"),
@@ -31,14 +32,14 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "validate_lut": ("space",),
     "check_target": ("space",),
     "decode": ("space", "decode"),
-    "train_ows": ("seed", "space", "data", "supernet"),
-    "train_aows": ("seed", "space", "data", "supernet", "aows"),
-    "greedy": ("seed", "space", "data", "supernet", "greedy"),
+    "train_ows": ("seed", "space", "data", "supernet", "train"),
+    "train_aows": ("seed", "space", "data", "supernet", "aows", "train"),
+    "greedy": ("seed", "space", "data", "supernet", "greedy", "train"),
     "decide_baseline": ("space",),
-    "retrain": ("seed", "space", "data", "retrain"),
+    "retrain": ("seed", "space", "data", "retrain", "train"),
     "relabel": ("space",),
     "export": ("seed", "space", "data"),
-    "proxy": ("seed", "space", "data", "supernet", "greedy"),
+    "proxy": ("seed", "space", "data", "supernet", "greedy", "train"),
     "pareto": ("space",),
     "measure": ("seed", "space", "profiling", "measure"),
 }
@@ -158,7 +159,7 @@ def validate(config: Mapping | None) -> dict:
             else:
                 lines.append(f"config key {_path(e)}: {e.message}")
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
-    lines = _target_errors(cfg)
+    lines = _target_errors(cfg) + _train_errors(cfg)
     if lines:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
     return cfg
@@ -197,6 +198,19 @@ def _target_errors(cfg: Mapping) -> list[str]:
                         f"{'4.5ms' if unit == 'ms' else '325mflops'}, a relative one such as 'range:0.5', or a "
                         f"per-device list under {key.split('.')[0]}.device_targets.{dev}")
     return list(dict.fromkeys(lines))
+
+
+def _train_errors(cfg: Mapping) -> list[str]:
+    """Device and precision pairs that no machine can train in (D29); `auto` is resolved, and checked, by the stage."""
+    t, lines = cfg["train"], []
+    if t["precision"] == "fp16" and t["device"] == "cpu":
+        lines.append("config key train.precision: fp16 trains on CUDA only (float16 autocast with a gradient scaler); "
+                     "on the CPU use train.precision: bf16 (or fp32), or set train.device to auto or cuda")
+    if t["precision"] == "fp16" and cfg["supernet"]["processes"] > 1:
+        lines.append(f"config key train.precision: fp16 with supernet.processes = {cfg['supernet']['processes']} is "
+                     "not supported (each rank's gradient scaler would skip steps on its own); use train.precision: "
+                     "bf16 or supernet.processes: 1")
+    return lines
 
 
 def load(path: str | Path | None = None, inline_json: str | None = None) -> dict:

@@ -34,6 +34,7 @@ from aows_core.search.sampler import uniform_layer_indices
 from aows_core.search.unaries import fit_additive, width_signal
 from aows_core.nets.estimation import frozen_differences
 from aows_core.stages._supernet import supernet_scorer
+from aows_core.training.accelerator import Accelerator
 from aows_core.stages.proxy import unaries_check
 
 
@@ -60,7 +61,8 @@ def main() -> None:
     run = Path(args.run)
     torch.set_num_threads(int(cfg["supernet"]["threads"]))
     d = cfg["data"]
-    scorer = supernet_scorer(cfg, run / "model.pt", space, n_eval=int(d["search_val"]), n_cal=int(d["calibration"]),
+    cpu = Accelerator(torch.device("cpu"), "fp32")  # the figures in docs/method.md D26: CPU, float32
+    scorer = supernet_scorer(cfg, run / "model.pt", space, cpu, n_eval=int(d["search_val"]), n_cal=int(d["calibration"]),
                              batch_size=250)
     model: SlimmableMobileNetV1 = scorer.model
     splits = load_splits(data_spec(cfg))
@@ -80,7 +82,7 @@ def main() -> None:
     train_se = float(np.sqrt((se_train[rows, lo] ** 2).sum() + (se_train[rows, hi] ** 2).sum()))
     for name, u, sig in (("training", u_train, {"width_signal": train_sig, "width_signal_se": train_se}),
                          ("frozen", fit.node_unaries(), width_signal(fit))):
-        chk = unaries_check(space, u, scorer, cfg)
+        chk = unaries_check(space, u, scorer, cfg, cpu)
         out[f"A_{name}"] = {"spearman": chk["spearman_sum_delta_vs_supernet_ce"], **sig}
 
     # B: mixed-batch vs single-configuration BatchNorm, same images and configurations

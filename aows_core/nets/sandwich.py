@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, ContextManager, Sequence
 
 import numpy as np
 import torch
@@ -82,6 +82,8 @@ def sandwich_step(
     min_channels: Sequence[int] | None = None,
     grad_clip: float | None = None,
     step: int | None = None,
+    autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> SandwichResult:
     """One sandwich-rule step with in-place distillation (§3) and per-sample random configurations (§5).
 
@@ -94,6 +96,9 @@ def sandwich_step(
     `NonFiniteLoss` before the optimizer step (gradients are zeroed).
     `model` may be a DistributedDataParallel wrapper: every pass goes through its forward, the passes
     before the last run under `no_sync()`, so gradients are all-reduced once per step.
+    Mixed precision (docs/method.md D29): each forward runs under `autocast()` (a torch.autocast context),
+    losses are computed on float32 logits, backward runs outside it; with a `scaler` (fp16) the losses are
+    scaled and `scaler.step` skips a step whose gradients overflowed.
     """
     net = getattr(model, "module", model)  # a DistributedDataParallel wrapper routes forward to .module
     model.train()
@@ -107,14 +112,15 @@ def sandwich_step(
     def run(k: int, fn):
         ctx = no_sync() if (no_sync is not None and k < n_pass - 1) else contextlib.nullcontext()
         with ctx:
-            loss, out = fn()
-            loss.backward()
+            with autocast():
+                loss, out = fn()
+            (loss if scaler is None else scaler.scale(loss)).backward()
         return loss.detach(), out
 
     state: dict = {}
 
     def max_pass():
-        logits = model(x)
+        logits = model(x).float()
         loss = F.cross_entropy(logits, y, label_smoothing=label_smoothing)
         with torch.no_grad():
             state["ce_max"] = F.cross_entropy(logits, y, reduction="none")  # hard labels, whatever the smoothing
@@ -123,11 +129,11 @@ def sandwich_step(
         return loss, None
 
     def min_pass():
-        return distill_loss(model(x, channels=min_channels or net.min_config), state["soft"], distill), None
+        return distill_loss(model(x, channels=min_channels or net.min_config).float(), state["soft"], distill), None
 
     def random_pass(w):
         def fn():
-            lg = model(x, w)
+            lg = model(x, w).float()
             with torch.no_grad():
                 ce = F.cross_entropy(lg, y, reduction="none")
             return distill_loss(lg, state["soft"], distill), ce
@@ -152,9 +158,16 @@ def sandwich_step(
             f"non-finite training loss{where}: {', '.join(bad)}; the step was not applied "
             f"(lower the learning rate, check the data for NaN/inf, or enable gradient clipping)"
         )
-    if grad_clip is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    optimizer.step()
+    if scaler is not None:
+        if grad_clip is not None:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        if grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        optimizer.step()
     return SandwichResult(
         ce_max=ce_max,
         ce_random=torch.stack(ce_rand) if ce_rand else ce_max.new_zeros((0, B)),

@@ -2,8 +2,10 @@
 
 `SubnetScorer` gives the top-1 errors and summed cross-entropy of a configuration of the slimmable
 supernet on fixed evaluation images, BatchNorm recalibrated per candidate with the exact statistics of
-fixed calibration images (§3; docs/method.md, D22). A candidate that differs from
-the current configuration from edge `start_edge` on reuses the cached activations before it.
+fixed calibration images (§3; docs/method.md, D22). A candidate that differs from the current
+configuration from edge `start_edge` on reuses the cached activations before it. Under autocast the
+convolutions run in reduced precision, the recalibration statistics and normalisation in float32 (D29);
+the images must be on the model's device.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..space import SearchSpace
+from .slimmable import at_least_float32
 
 
 class SubnetScorer:
@@ -42,7 +45,7 @@ class SubnetScorer:
     def _edge(self, i: int, full: Sequence[int], cal: torch.Tensor, xs: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Edge i on the calibration and evaluation activations, BN recalibrated on the calibration ones."""
         for conv, bn, w, g in self._units(i, full):
-            z = F.conv2d(cal, w, None, conv.stride, conv.padding, conv.dilation, g)
+            z = at_least_float32(F.conv2d(cal, w, None, conv.stride, conv.padding, conv.dilation, g))  # D29
             var, mean = torch.var_mean(z, dim=(0, 2, 3), correction=0)
             n = z.numel() // z.shape[1]
             o = w.shape[0]
@@ -50,8 +53,8 @@ class SubnetScorer:
             # the evaluation images by the unbiased one that BatchNorm keeps as its running variance
             cal = F.relu_(F.batch_norm(z, mean, var, bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps))
             var_u = var * (n / (n - 1))
-            xs = [F.relu_(F.batch_norm(F.conv2d(x, w, None, conv.stride, conv.padding, conv.dilation, g), mean, var_u,
-                                       bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps)) for x in xs]
+            xs = [F.relu_(F.batch_norm(at_least_float32(F.conv2d(x, w, None, conv.stride, conv.padding, conv.dilation, g)),
+                                       mean, var_u, bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps)) for x in xs]
         return cal, xs
 
     def _activations(self, channels: Sequence[int], upto: int) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -6,8 +6,10 @@ of `nets.mobilenet.MobileNetV1(space, space.max_config)`. `forward(x)` runs the 
 `widths_tensor`) with every conv+BN+ReLU unit masked — the depthwise unit too (docs/method.md, D10) —
 and train-mode BatchNorm on masked batch statistics (`MaskedBNReLU`); `forward_sliced(x, channels)`
 runs one configuration as a genuinely small network. Only the max configuration updates the BN
-running statistics unless `update_stats=True`. Memory format: `channels_last=True` keeps 4-d weights
-in channels_last (bench/bench_supernet.py).
+running statistics unless `update_stats=True`. Under autocast (docs/method.md D29) the convolutions run
+in reduced precision while BatchNorm statistics and running buffers stay float32 (the masked and sliced
+units normalise in float32). Memory format: `channels_last=True` keeps 4-d weights in channels_last
+(bench/bench_supernet.py).
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ def widths_tensor(space: SearchSpace, idx, device=None) -> torch.Tensor:
             raise ValueError(f"choice index out of range at layer {i}: allowed 0..{len(ch) - 1}")
         out[:, i] = np.asarray(ch, dtype=np.int64)[col]
     return torch.as_tensor(out, device=device)
+
+
+def at_least_float32(t: torch.Tensor) -> torch.Tensor:
+    """t upcast to float32 when it is float16 or bfloat16 (autocast output), else t itself: BatchNorm's input (D29)."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
 def masked_batch_stats(z: torch.Tensor, m: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -167,11 +174,15 @@ class SlimmableMobileNetV1(nn.Module):
 
     # ---- masked per-sample forward (§5) ----------------------------------------------------------
     def _masked_bn_relu(self, z: torch.Tensor, bn: nn.BatchNorm2d, m: torch.Tensor) -> torch.Tensor:
-        """BN (masked batch statistics in train mode, running ones in eval), ReLU, then zero masked channels."""
+        """BN (masked batch statistics in train mode, running ones in eval), ReLU, then zero masked channels.
+
+        In float32 whatever the autocast precision (docs/method.md D29): a reduced-precision z is upcast,
+        as torch.amp.custom_fwd(cast_inputs=torch.float32) would, so the statistics are float32."""
         B, C = z.shape[:2]
         weight, bias = bn.weight[:C], bn.bias[:C]
         if self.training:
-            return MaskedBNReLU.apply(z, m, weight, bias, bn.eps)
+            with torch.autocast(z.device.type, enabled=False):
+                return MaskedBNReLU.apply(at_least_float32(z), m, weight, bias, bn.eps)
         scale = weight * torch.rsqrt(bn.running_var[:C] + bn.eps)
         shift = bias - bn.running_mean[:C] * scale
         # z first, so that the result keeps z's memory format; the mask is folded into scale and shift
@@ -230,7 +241,7 @@ class SlimmableMobileNetV1(nn.Module):
         """Logits of one configuration computed by a genuinely sliced small network (train or eval mode BN).
 
         update_stats (train mode only): update the running statistics' slices; default only for the
-        max configuration.
+        max configuration. BatchNorm runs in float32 under autocast (D29).
         """
         full = self.space.full(channels)
         self.space.indices(channels)
@@ -254,9 +265,10 @@ class SlimmableMobileNetV1(nn.Module):
                         rm, rv = bn.running_mean[:o], bn.running_var[:o]
                     else:
                         rm = rv = None
-                    x = F.batch_norm(x, rm, rv, bn.weight[:o], bn.bias[:o], True, bn.momentum, bn.eps)
+                    x = F.batch_norm(at_least_float32(x), rm, rv, bn.weight[:o], bn.bias[:o], True, bn.momentum, bn.eps)
                 else:
-                    x = F.batch_norm(x, bn.running_mean[:o], bn.running_var[:o], bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps)
+                    x = F.batch_norm(at_least_float32(x), bn.running_mean[:o], bn.running_var[:o], bn.weight[:o], bn.bias[:o],
+                                     False, 0.0, bn.eps)
                 x = F.relu(x)
         return F.linear(x.mean((2, 3)), self.classifier.weight[:, : full[-2]], self.classifier.bias)
 

@@ -23,17 +23,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *,
         progress: bool = True) -> list[dict[str, Any]]:
-    """Trim the OWS supernet greedily from the max configuration, scoring BN-recalibrated subnets (§3, D22)."""
+    """Trim the OWS supernet greedily from the max configuration, scoring BN-recalibrated subnets (§3, D22) on
+    `train.device` in `train.precision` (D29)."""
     from .. import artifacts
     from ..config import space_from_config
     from ..search.baselines import greedy_search
+    from ..training.accelerator import accelerator
     from ..training.loop import progress_bar
     from ._supernet import supernet_scorer
 
     model_path = inputs["model"]
     space = space_from_config(config)
     g = config["greedy"]
-    scorer = supernet_scorer(config, model_path, space, n_eval=int(g["n_eval"]), n_cal=int(g["n_cal"]),
+    accel = accelerator(config)
+    scorer = supernet_scorer(config, model_path, space, accel, n_eval=int(g["n_eval"]), n_cal=int(g["n_cal"]),
                              batch_size=int(g["batch_size"]))
     bar = progress_bar(progress, total=sum(len(c) - 1 for c in space.layer_choices), desc="greedy", unit="step")
 
@@ -42,13 +45,15 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         bar.set_postfix(err=f"{row['error']:.3f}")
 
     try:
-        rows = greedy_search(scorer, on_step=on_step)
+        with accel.autocast():
+            rows = greedy_search(scorer, on_step=on_step)
     finally:
         bar.close()
     meta = artifacts.provenance(space, seed=config["seed"], n_eval=int(g["n_eval"]), n_cal=int(g["n_cal"]),
                                 supernet=str(model_path), ranks_widths=ranks_widths(rows),
                                 score="top-1 errors on the search-validation images, ties by summed cross-entropy",
-                                bn="recalibrated per candidate: exact statistics of the calibration images")
+                                bn="recalibrated per candidate: exact statistics of the calibration images",
+                                train={**config["train"], "resolved_device": str(accel.device)})
     artifacts.write_records(rows, outputs["out"], "greedy_trajectory", meta)
     return rows
 

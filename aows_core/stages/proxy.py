@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from . import add_config
+
+if TYPE_CHECKING:
+    from ..training.accelerator import Accelerator
 
 COMMAND = "proxy"
 HELP = "supernet proxies of a device's finalists: Σδ and BN-recalibrated accuracy (§3)"
@@ -25,10 +28,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *,
         device: str) -> list[dict[str, Any]]:
-    """Σδ under the OWS unaries (§5, eq. average_error) and BN-recalibrated OWS-supernet accuracy of every finalist (D25)."""
+    """Σδ under the OWS unaries (§5, eq. average_error) and BN-recalibrated OWS-supernet accuracy of every finalist (D25),
+    scored on `train.device` in `train.precision` (D29)."""
     from .. import artifacts
     from ..config import space_from_config
     from ..search.decisions import sum_delta
+    from ..training.accelerator import accelerator
     from ._supernet import supernet_scorer
 
     unaries, model = inputs["unaries"], inputs["model"]
@@ -36,19 +41,22 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     u, _, epoch = artifacts.read_unaries(unaries, space)
     finalists = artifacts.read_decisions(inputs["decisions"], space, device)
     d = config["data"]
-    scorer = supernet_scorer(config, model, space, n_eval=int(d["search_val"]), n_cal=int(d["calibration"]),
+    accel = accelerator(config)
+    scorer = supernet_scorer(config, model, space, accel, n_eval=int(d["search_val"]), n_cal=int(d["calibration"]),
                              batch_size=int(config["greedy"]["batch_size"]))
     scored: dict[tuple[int, ...], int] = {}
     rows, n = [], len(scorer.y)
     for r in finalists:
         ch = tuple(int(c) for c in r["channels"])
         if ch not in scored:
-            scored[ch] = scorer.score(ch)[0]
+            with accel.autocast():
+                scored[ch] = scorer.score(ch)[0]
         rows.append({"method": r["method"], "device": device, "target": r["target"], "channels": list(ch),
                      "sum_delta": sum_delta(u, space.indices(ch)), "supernet_errors": scored[ch], "supernet_n": n,
                      "supernet_acc": 1.0 - scored[ch] / n})
     meta = artifacts.provenance(space, device, unaries=str(unaries), unaries_epoch=epoch, supernet=str(model),
-                                n_eval=n, n_cal=len(scorer.cal), unaries_check=unaries_check(space, u, scorer, config),
+                                n_eval=n, n_cal=len(scorer.cal), unaries_check=unaries_check(space, u, scorer, config, accel),
+                                train={**config["train"], "resolved_device": str(accel.device)},
                                 score="top-1 on the search-validation images, BN recalibrated on the calibration images")
     artifacts.write_records(rows, outputs["out"], "proxy", meta)
     return rows
@@ -58,7 +66,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 N_CHECK = 100
 
 
-def unaries_check(space, u, scorer, config: Mapping[str, Any]) -> dict[str, Any]:
+def unaries_check(space, u, scorer, config: Mapping[str, Any], accel: Accelerator) -> dict[str, Any]:
     """Does Σδ explain the supernet? Spearman between Σδ and the BN-recalibrated cross-entropy of N_CHECK random
     configurations (a seeded stream no training or estimation pass draws from), on the search-validation images."""
     import numpy as np
@@ -70,7 +78,8 @@ def unaries_check(space, u, scorer, config: Mapping[str, Any]) -> dict[str, Any]
     rng = np.random.default_rng([int(config["seed"]), 0xC4EC])
     idx = uniform_layer_indices(space, N_CHECK, rng)
     n = len(scorer.y)
-    ce = [scorer.score(space.layer_channels(i))[1] / n for i in idx]
+    with accel.autocast():
+        ce = [scorer.score(space.layer_channels(i))[1] / n for i in idx]
     sd = [sum_delta(u, np.r_[0, i, 0]) for i in idx]
     rho = spearmanr(sd, ce)
     return {"n_configs": N_CHECK, "spearman_sum_delta_vs_supernet_ce": float(rho.statistic),

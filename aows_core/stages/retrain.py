@@ -31,7 +31,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         seed: int | None = None, channels: str | None = None, progress: bool = True,
         stop_after: int | None = None) -> dict[str, Any]:
     """Retrain one decision's network (or the network `channels` names) from scratch, then its top-1 on the
-    test split with a Wilson interval (§7); writes result.parquet and model.pt.
+    test split with a Wilson interval (§7), both on `train.device` in `train.precision` (D29); writes
+    result.parquet and model.pt.
 
     `seed` (default: the config's top-level seed) drives initialisation, batch order and augmentation; the
     splits (train_subset, search_val, calibration) always come from the top-level seed, so every seed of a
@@ -46,6 +47,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from ..evaluation import wilson_interval
     from ..nets.scoring import top1
     from ..artifacts.resume import clear_resume
+    from ..training.accelerator import accelerator
     from ..training.retrain import train_network
 
     decision = inputs.get("decision")
@@ -62,17 +64,19 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     channels = [int(c) for c in row["channels"]]
     out_dir, resume_dir = Path(outputs["out_dir"]), Path(resume_dir)
     torch.set_num_threads(int(rt["threads"]))
+    accel = accelerator(config)
 
     spec = data_spec(config, "retrain", train_seed=seed)
     splits = load_splits(spec)
     check_dataset(splits.info, space)
     desc = f"retrain {row['method']} {row['target']}" if decision is not None else f"retrain {net_key(channels)}"
-    res = train_network(config, space, channels, splits, resume_dir, seed=seed, progress=progress,
+    res = train_network(config, space, channels, splits, resume_dir, accel, seed=seed, progress=progress,
                         stop_after=stop_after, desc=desc)
     if not res.complete:
         return {"complete": False, "epoch": res.epoch, "step": res.step}
 
-    correct, n = top1(res.model, test_batches(spec, batch_size=int(rt["eval_batch_size"])))
+    with accel.autocast():
+        correct, n = top1(res.model, accel.batches(test_batches(spec, batch_size=int(rt["eval_batch_size"]))))
     lo, hi = wilson_interval(correct, n)
     result = {
         "method": row["method"], "device": row["device"], "target": row["target"], "channels": channels, "seed": seed,
@@ -81,6 +85,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     }
     label = {"decision": str(decision)} if decision is not None else {"network": net_key(channels)}
     meta = artifacts.provenance(space, retrain=dict(rt), data=spec.to_dict(), **label,
+                                train={**config["train"], "resolved_device": str(accel.device)},
                                 interval="Wilson score, 95 %", schedule="linear warm-up, then cosine")
     artifacts.write_records([result], out_dir / "result.parquet", "retrain", meta)
     artifacts.save_torch({"space": space.to_dict(), "space_hash": space.hash, "channels": channels,

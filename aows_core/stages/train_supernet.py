@@ -103,6 +103,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         frozen_estimate=FROZEN_DESCRIPTION if sn["unaries"] == "frozen" else None,
         temperature_scale=res.sampler_scale, target_value=None if sampler is None else sampler.target,
         processes=res.world, bn=bn_description(res.world), supernet=dict(sn), data=res.spec.to_dict(),
+        train={**config["train"], "resolved_device": res.train_device},
     )
     meta["device"] = device  # recorded also when None (OWS)
     last = res.metrics[-1]  # the width signal of the unaries that decide (the last epoch's)

@@ -1,7 +1,7 @@
 """Data-parallel supernet training (`supernet.processes` = N > 1, relaunched under torchrun).
 
-With RANK / WORLD_SIZE set the process group is initialised (nccl with one GPU per local rank, else
-gloo on the CPU). Every rank draws the configurations of the whole global batch from the same
+With RANK / WORLD_SIZE set the process group is initialised by the device rule of `train.device`
+(`training.accelerator`, docs/method.md D29): nccl on cuda:LOCAL_RANK, else gloo on the CPU. Every rank draws the configurations of the whole global batch from the same
 (seed, epoch, step) RNG and uses the rows of its own shard (`data.shard_bounds`), so the sample
 stream is that of one process. Gradients are averaged by a MANUAL flat all-reduce before the optimiser
 step (`AveragingOptimizer`), not DistributedDataParallel: one fixed flat layout keeps the reduction
@@ -46,9 +46,12 @@ class Dist:
         return self.rank == 0
 
 
-def init_distributed(processes: int) -> Dist:
-    """Join (or initialise from RANK / WORLD_SIZE) the process group; nccl on one GPU per local rank, else gloo."""
+def init_distributed(processes: int, device: str = "auto") -> Dist:
+    """Join (or initialise from RANK / WORLD_SIZE) the process group on the device `train.device` names for this
+    process (`accelerator.resolve_device`): nccl on cuda:LOCAL_RANK, gloo on the CPU; world 1: no group."""
     import torch.distributed as dist
+
+    from .accelerator import resolve_device
 
     initialised = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size() if initialised else int(os.environ.get("WORLD_SIZE", "1"))
@@ -56,18 +59,18 @@ def init_distributed(processes: int) -> Dist:
         raise ValueError(f"supernet.processes = {processes} but {world} process(es) run: launch it through "
                          "`aows train-supernet` (which starts torchrun) or set supernet.processes to the world size")
     if world == 1:
-        return Dist()
+        return Dist(device=resolve_device(device))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    if initialised:
-        cuda = dist.get_backend() == "nccl"
-    else:
-        cuda = torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    dev = resolve_device(device, local, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    cuda = dev.type == "cuda"
+    if initialised and (dist.get_backend() == "nccl") != cuda:
+        raise ValueError(f"the process group runs {dist.get_backend()}, but train.device = {device} resolves to "
+                         f"{dev.type}: nccl needs cuda, gloo the CPU")
     if cuda:
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(dev)
     if not initialised:
         dist.init_process_group("nccl" if cuda else "gloo")
-    return Dist(dist.get_rank(), world, device, not initialised)
+    return Dist(dist.get_rank(), world, dev, not initialised)
 
 
 def flat_collective(tensors: list[torch.Tensor], op: str, world: int) -> None:

@@ -4,8 +4,10 @@ Initialisation derives from the run's seed, data order and augmentation from (se
 the splits' batch seed (`DataSpec.batch_seed`; the splits themselves always come from the config's
 top-level seed, whatever the run's seed), so a run killed at any step and resumed
 from its last checkpoint (`artifacts.resume`, outside the declared outputs) ends with the same
-weights as an uninterrupted one. The stage evaluates the result once on the test split
-(`nets.scoring.top1`, `evaluation.wilson_interval`) and writes it.
+weights as an uninterrupted one. Device and precision: the config's `train:` section
+(`training.accelerator`, docs/method.md D29), forwards under torch.autocast, fp16 with a gradient scaler
+resumed with the rest. The stage evaluates the result once on the test split (`nets.scoring.top1`,
+`evaluation.wilson_interval`) and writes it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 from ..config import settings_hash, stage_settings
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
+from .accelerator import Accelerator
 from .loop import Position, progress_bar, run_epochs
 
 
@@ -62,9 +65,10 @@ class RetrainResult:
 
 
 def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Sequence[int], splits: Any,
-                  resume_dir: str | os.PathLike, *, seed: int | None = None, progress: bool = True,
+                  resume_dir: str | os.PathLike, accel: Accelerator, *, seed: int | None = None, progress: bool = True,
                   stop_after: int | None = None, desc: str = "retrain") -> RetrainResult:
-    """Train the fixed-width MobileNet-v1 of `channels` from scratch on `splits` (§7), resumable at any step.
+    """Train the fixed-width MobileNet-v1 of `channels` from scratch on `splits` (§7) on `accel`'s device and
+    precision, resumable at any step.
 
     `seed` (default: the config's top-level seed) initialises the weights; the batches are the splits'."""
     from ..nets.mobilenet import MobileNetV1
@@ -79,9 +83,10 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
     total, warmup = E * steps, int(round(float(rt["warmup_epochs"]) * steps))
 
     torch.manual_seed(seed)
-    model = MobileNetV1(space, channels)
+    model = MobileNetV1(space, channels).to(accel.device)
     if splits.spec.channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    scaler = accel.grad_scaler()
     opt = torch.optim.SGD(model.parameters(), lr=rt["lr"], momentum=rt["momentum"], weight_decay=rt["weight_decay"],
                           nesterov=rt["momentum"] > 0)
     rid = run_id(config, channels, seed)
@@ -92,6 +97,8 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
+        if scaler is not None and "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
         pos = Position(state["epoch"], state["step"])
         acc["seconds"], acc["loss_sum"], acc["loss_n"] = (state[k] for k in ("seconds", "loss_sum", "loss_n"))
 
@@ -100,8 +107,8 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
         acc["seconds"] += now - acc["t0"]
         acc["t0"] = now
         save_resume({"run_id": rid, "model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": pos.epoch,
-                     "step": pos.step, "seconds": acc["seconds"], "loss_sum": acc["loss_sum"], "loss_n": acc["loss_n"]},
-                    ckpt)
+                     "step": pos.step, "seconds": acc["seconds"], "loss_sum": acc["loss_sum"], "loss_n": acc["loss_n"],
+                     **({} if scaler is None else {"scaler": scaler.state_dict()})}, ckpt)
 
     def start_epoch(epoch: int) -> None:
         model.train()
@@ -111,18 +118,25 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
         epoch, k = pos.epoch, pos.step
         for g in opt.param_groups:
             g["lr"] = learning_rate(epoch * steps + k, total, warmup, rt["lr"])
-        loss = F.cross_entropy(model(x), y, label_smoothing=rt["label_smoothing"])
+        with accel.autocast():
+            logits = model(x).float()
+        loss = F.cross_entropy(logits, y, label_smoothing=rt["label_smoothing"])
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss at epoch {epoch} step {k}; lower retrain.lr")
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:  # fp16: scaled loss; a step whose gradients overflowed is skipped
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         if epoch == E - 1:
             acc["loss_sum"], acc["loss_n"] = acc["loss_sum"] + loss.item(), acc["loss_n"] + 1
         return {"loss": f"{loss.item():.3f}"}
 
     bar = progress_bar(progress, total=total, initial=pos.epoch * steps + pos.step, desc=desc, unit="step")
-    complete = run_epochs(pos, epochs=E, steps=steps, batches=lambda e, s: splits.train_batches(e, start_step=s),
-                          step=step, end_epoch=lambda e: None, save=save, checkpoint_every=int(rt["checkpoint_every"]),
+    complete = run_epochs(pos, epochs=E, steps=steps,
+                          batches=lambda e, s: accel.batches(splits.train_batches(e, start_step=s)), step=step, end_epoch=lambda e: None, save=save, checkpoint_every=int(rt["checkpoint_every"]),
                           stop_after=stop_after, bar=bar, start_epoch=start_epoch)
     return RetrainResult(complete, pos.epoch, pos.step, model, acc["seconds"], acc["loss_sum"], acc["loss_n"])

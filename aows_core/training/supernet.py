@@ -10,7 +10,8 @@ marginals. AOWS runs W warm-up epochs identical to OWS's first W under the same 
 from the OWS checkpoint after W epochs (D21); then configurations come from the relaxed min-sum
 marginals at the current γ and temperature T(u) (supplementary B).
 Every random choice of step k of epoch e derives from (seed, e, k), so a killed run resumes exactly
-(`training.loop`, `artifacts.resume`). Data parallel: `training.distributed`.
+(`training.loop`, `artifacts.resume`). Data parallel: `training.distributed`. Device and precision: the
+config's `train:` section (`training.accelerator`, docs/method.md D29); the fp16 gradient scaler is resumed too.
 
 `train_supernet` returns a `SupernetResult`; the stage writes the artifacts and then clears the
 resume state (only rank 0 writes; `after_{n}.pt` epoch checkpoints are written here).
@@ -33,6 +34,7 @@ from ..artifacts import read_epoch_checkpoint, save_torch
 from ..config import data_spec, settings_hash, space_from_config, stage_settings
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
+from .accelerator import Accelerator, check_precision
 from .distributed import (AveragingOptimizer, Dist, broadcast_parameters, init_distributed, mean_metrics,
                           update_unaries)
 from .loop import Position, progress_bar, run_epochs
@@ -137,6 +139,8 @@ class _Run:
     schedule: Any
     run_id: str
     ddp: Dist
+    accel: Accelerator
+    scaler: torch.amp.GradScaler | None
     label_smoothing: float
     unaries: str = "frozen"
     est: Mapping[str, int] = field(default_factory=dict)
@@ -165,6 +169,7 @@ class SupernetResult:
     world: int
     main: bool
     spec: Any
+    train_device: str
 
     def summary(self, epochs: int) -> dict[str, Any]:
         """The stage's return value (as before the move)."""
@@ -180,6 +185,7 @@ def checkpoint_state(run: _Run) -> dict[str, Any]:
         "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "unaries": run.estimator.state_dict(),
         "sampler": None if run.sampler is None else run.sampler.state_dict(), "rows": run.rows, "metrics": run.metrics,
         "acc": run.acc.state(), "fit": None if run.fit is None else run.fit.state_dict(),
+        **({} if run.scaler is None else {"scaler": run.scaler.state_dict()}),
     }
 
 
@@ -201,18 +207,19 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
     R, B = int(sn["n_random"]), int(sn["batch_size"])
     lo, hi = shard_bounds(B, ddp.rank, ddp.world)
 
+    precision = str(config["train"]["precision"])
+    check_precision(precision, ddp.device)  # fp16 with several processes is refused when the config is read
+    accel = Accelerator(ddp.device, precision)
     torch.manual_seed(seed)
-    model = SlimmableMobileNetV1(space, channels_last=bool(sn["channels_last"]))
-    if ddp.device.type != "cpu":
-        model.to(ddp.device)
+    model = SlimmableMobileNetV1(space, channels_last=bool(sn["channels_last"])).to(accel.device)
     opt = torch.optim.SGD(model.parameters(), lr=sn["lr"], momentum=sn["momentum"], weight_decay=sn["weight_decay"],
                           nesterov=sn["momentum"] > 0)
     step_opt = opt if ddp.world == 1 else AveragingOptimizer(opt, model, ddp.world)
     estimator = EpochUnaries(space) if method == "ows" else WindowUnaries(space, int(aw["window"]))
     return _Run(space=space, method=method, seed=seed, E=E, W=W, R=R, B=B, lo=lo, hi=hi, steps=steps, spec=spec,
                 splits=splits, model=model, opt=opt, step_opt=step_opt, estimator=estimator, sampler=sampler,
-                schedule=schedule, run_id=run_id(config, method, device, target), ddp=ddp,
-                label_smoothing=sn["label_smoothing"], unaries=sn["unaries"],
+                schedule=schedule, run_id=run_id(config, method, device, target), ddp=ddp, accel=accel,
+                scaler=accel.grad_scaler(), label_smoothing=sn["label_smoothing"], unaries=sn["unaries"],
                 est=_estimation_settings(sn, aw, steps * B))
 
 
@@ -233,6 +240,8 @@ def _restore(run: _Run, state: dict) -> None:
     run.pos = Position(state["epoch"], state["step"])
     run.rows, run.metrics = state["rows"], state["metrics"]
     run.acc = EpochAccumulator(**state["acc"])
+    if run.scaler is not None and "scaler" in state:
+        run.scaler.load_state_dict(state["scaler"])
     if state.get("fit") is not None:
         from ..search.unaries import UnaryFit
 
@@ -259,7 +268,7 @@ def _estimation_pool(run: _Run, epoch: int) -> tuple[torch.Tensor, torch.Tensor]
 
     if run.pool is None or run.pool[0] != epoch:
         x, y = first_images(run.splits.train_batches(epoch), run.est["images"])
-        run.pool = (epoch, x.to(run.ddp.device), y.to(run.ddp.device))
+        run.pool = (epoch, x.to(run.accel.device), y.to(run.accel.device))
     return run.pool[1], run.pool[2]
 
 
@@ -273,7 +282,8 @@ def estimate_unaries(run: _Run, idx: np.ndarray, epoch: int):
     world, rank = run.ddp.world, run.ddp.rank
     chunk = -(-len(idx) // world)
     mine = [run.space.layer_channels(i) for i in idx[rank * chunk:(rank + 1) * chunk]]
-    d = frozen_differences(run.model, x, y, mine, run.est["batch"])
+    with run.accel.autocast():
+        d = frozen_differences(run.model, x, y, mine, run.est["batch"])
     if world > 1:  # equal shapes for the gather, then the padding dropped
         d = np.concatenate(torch_all_gather()(np.pad(d, (0, chunk - len(d)), constant_values=np.nan)))[: len(idx)]
     return fit_additive(run.space, idx, d)
@@ -305,8 +315,7 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
 
     space, ddp, R, B, lo, hi = run.space, run.ddp, run.R, run.B, run.lo, run.hi
     epoch, step = run.pos.epoch, run.pos.step
-    if ddp.device.type != "cpu":
-        x, y = x.to(ddp.device, non_blocking=True), y.to(ddp.device, non_blocking=True)
+    x, y = x.to(run.accel.device, non_blocking=True), y.to(run.accel.device, non_blocking=True)
     rng = np.random.default_rng([run.seed, epoch, step, 0xA0])
     if run.adaptive:
         T = run.schedule.at_step(epoch, step, run.steps)
@@ -320,7 +329,8 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
         idx = uniform_layer_indices(space, R * B, rng)
     idx = idx.reshape(R, B, space.n_layers)[:, lo:hi]  # configurations of this rank's samples
     widths = widths_tensor(space, idx.reshape(-1, space.n_layers)).reshape(R, hi - lo, space.n_layers)
-    res = sandwich_step(run.model, x, y, widths, run.step_opt, R, label_smoothing=run.label_smoothing, step=step)
+    res = sandwich_step(run.model, x, y, widths, run.step_opt, R, label_smoothing=run.label_smoothing, step=step,
+                        autocast=run.accel.autocast, scaler=run.scaler)
     update_unaries(run.estimator, idx, res.diffs(), ddp.world)
     if ddp.world > 1:
         res = mean_metrics(res, ddp)
@@ -395,7 +405,7 @@ def train(config: Mapping[str, Any], out_dir: Path, resume_dir: Path, *, method:
     return SupernetResult(complete=complete, epoch=run.pos.epoch, step=run.pos.step, rows=run.rows,
                           metrics=run.metrics, model_state=run.model.state_dict() if complete else None,
                           run_id=run.run_id, sampler_scale=None if sampler is None else sampler.s, world=ddp.world,
-                          main=ddp.main, spec=run.spec)
+                          main=ddp.main, spec=run.spec, train_device=str(run.accel.device))
 
 
 def train_supernet(config: Mapping[str, Any], out_dir: str | os.PathLike, resume_dir: str | os.PathLike, *,
@@ -403,7 +413,7 @@ def train_supernet(config: Mapping[str, Any], out_dir: str | os.PathLike, resume
                    init_from: str | os.PathLike | None = None, progress: bool = True,
                    stop_after: int | None = None) -> SupernetResult:
     """Train an OWS or AOWS supernet (§5, §6) in this process's place of the data-parallel run."""
-    ddp = init_distributed(int(config["supernet"].get("processes", 1)))
+    ddp = init_distributed(int(config["supernet"].get("processes", 1)), str(config["train"]["device"]))
     try:
         return train(config, Path(out_dir), Path(resume_dir), method=method, sampler=sampler, device=device,
                      target=target, init_from=init_from, progress=progress, stop_after=stop_after, ddp=ddp)

@@ -165,7 +165,7 @@ def test_cluster_profiles_give_every_job_its_resources(profile, tmp_path):
         assert needed <= set(res), (rule, needed - set(res))
         if rule in ("train_ows", "train_aows"):  # one GPU per data-parallel process
             assert res["gpu"] == str(processes), rule
-        if rule in ("greedy_trajectory", "retrain_net"):
+        if rule in ("greedy_trajectory", "retrain_net", "proxy"):  # the training stages' GPU (D29)
             assert res["gpu"] == "1", rule
         if rule in ("profile", "measure"):  # timing: on the modelled hardware, alone on the node
             assert res["gpu"] == ("1" if "device=cuda" in wildcards else "0"), (rule, wildcards)
