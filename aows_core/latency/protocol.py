@@ -5,8 +5,10 @@ Profiling: a seeded job order (`profile_plan`) of every configuration once (role
 whose speed changes (docs/method.md D3, D27):
 
 - `paired` (default): every job times the network and the reference network in alternating chunks;
-  latency_ms = stat(network) / stat(reference) × the session's reference baseline (`correct_paired`). Jobs whose
-  chunk ratios disagree were disturbed while timed and are timed again within a budget (`disturbed`).
+  latency_ms = stat(network) / reference level × the session's reference baseline (`correct_paired`), the level
+  being the running median of neighbouring jobs' references while the host is steady and the job's own where it
+  jumped (`paired_reference`). Jobs whose chunk ratios disagree far more than the session's typical job were
+  disturbed while timed and are timed again within a budget (`disturbed`).
 - `interpolated`: a reference job every `reference_every` jobs, smoothed by a running median of
   DRIFT_WINDOW measurements and interpolated over job order (`correct_drift`).
 
@@ -158,16 +160,38 @@ def correct_drift(rows: list[dict], window: int = DRIFT_WINDOW,
     return rows, session
 
 
+# A job's own reference replaces its neighbours' running median when it departs from it by more than this many
+# robust standard deviations of the session's reference noise: the host changed speed during that job.
+JUMP_SIGMAS = 3.0
+
+
+def paired_reference(rows: list[dict], window: int = DRIFT_WINDOW) -> np.ndarray:
+    """Per row, the reference level its network is divided by (D27): the running median of the neighbouring jobs'
+    own references while the host is steady (less noise), the job's own reference where it jumped or where the
+    row holds a later re-timing (`own_reference`)."""
+    order = np.argsort([r["job"] for r in rows], kind="stable")
+    own = np.array([rows[i]["ref_ms_raw"] for i in order], dtype=np.float64)
+    smooth = running_median(own, window)
+    dev = np.log(own / smooth)
+    sigma = 1.4826 * float(np.median(np.abs(dev))) if dev.size else 0.0
+    alone = np.array([bool(rows[i].get("own_reference")) for i in order], dtype=bool)
+    used = np.where((np.abs(dev) > JUMP_SIGMAS * max(sigma, 1e-3)) | alone, own, smooth)
+    out = np.empty(len(rows))
+    out[order] = used
+    return out
+
+
 def correct_paired(rows: list[dict], baseline: float | None = None) -> tuple[list[dict], float]:
-    """Paired correction (D27): latency_ms = pair_ratio × baseline; returns rows and the session's baseline.
+    """Paired correction (D27): latency_ms = latency_ms_raw / reference level × baseline (`paired_reference`);
+    returns rows and the session's baseline.
 
     The session's baseline is the median of its jobs' reference timings; latencies are expressed at
     `baseline` (another session's, e.g. the LUT's) when given. drift_factor = latency_ms_raw / latency_ms.
     """
     session = float(np.median([r["ref_ms_raw"] for r in rows])) if rows else float("nan")
     to = session if baseline is None else float(baseline)
-    for r in rows:
-        r["latency_ms"] = r["pair_ratio"] * to
+    for r, ref in zip(rows, paired_reference(rows)):
+        r["latency_ms"] = r["latency_ms_raw"] / ref * to
         r["drift_factor"] = r["latency_ms_raw"] / r["latency_ms"]
     return rows, session
 
@@ -177,9 +201,18 @@ def correct(rows: list[dict], pairing: str, baseline: float | None = None) -> tu
     return correct_paired(rows, baseline) if pairing == "paired" else correct_drift(rows, baseline=baseline)
 
 
-def disturbed(rows: list[dict], threshold: float, budget: int) -> list[dict]:
-    """The jobs to time again: chunk-ratio spread above `threshold`, most disturbed first, at most `budget`."""
-    bad = [r for r in rows if r["role"] != "reference" and r["ratio_spread"] > threshold]
+# A job whose chunk ratios spread this many times more than the session's typical job was disturbed while timed.
+RETIME_FACTOR = 3.0
+
+
+def disturbed(rows: list[dict], budget: int) -> list[dict]:
+    """The jobs to time again: chunk-ratio range above RETIME_FACTOR × the session's median range, most disturbed
+    first, at most `budget`."""
+    timed = [r for r in rows if r["role"] != "reference"]
+    if not timed:
+        return []
+    limit = RETIME_FACTOR * float(np.median([r["ratio_spread"] for r in timed]))
+    bad = [r for r in timed if r["ratio_spread"] > limit]
     return sorted(bad, key=lambda r: -r["ratio_spread"])[:budget]
 
 
@@ -193,6 +226,7 @@ def merge_retimed(rows: list[dict], retimed: list[dict]) -> list[dict]:
         if again is not None and again["ratio_spread"] < r["ratio_spread"]:
             r.update({k: v for k, v in again.items() if k not in ("job", "role", "config_id", "channels", "set",
                                                                  "retime_of", "t_abs")})
+            r["own_reference"] = True  # timed later than its neighbours: only its own reference describes the host
         out.append(r)
     return out
 

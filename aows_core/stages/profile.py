@@ -147,8 +147,7 @@ def profile_session(
             threshold = _threshold(protocol, targets, rows, device.analytic)
             if pairing == "paired":  # this round's disturbed jobs, timed again (D27)
                 mine = {j.job for j in todo}
-                again = disturbed([r for r in rows if r["job"] in mine], threshold,
-                                  math.ceil(protocol["retime"] * len(todo)))
+                again = disturbed([r for r in rows if r["job"] in mine], math.ceil(protocol["retime"] * len(todo)))
                 first = len(sess.jobs)
                 retime = [Job(first + k, "retime", r["config_id"], tuple(r["channels"]), r["set"])
                           for k, r in enumerate(again)]

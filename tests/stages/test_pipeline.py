@@ -10,10 +10,10 @@ from aows_core.stages.profile import profile_session as profile
 from stage_calls import fit_lut, sample, validate_lut
 
 
-# Recovery against the noise-free truth. Paired timing (D27) divides by a reference timed in the same job, whose
-# noise adds in quadrature on a quiet host (√2 × the interpolated protocol's, where 10 smoothed references share
-# it): the price of cancelling interference that lasts seconds.
-TRUTH_BOUND = {"interpolated": 0.02, "paired": 0.025}
+# Recovery against the noise-free truth (measured 0.018 and 0.020). Paired timing (D27) divides by a reference level
+# from 5 neighbouring jobs (the interpolated protocol smooths 5 references spread over 50 jobs): a little more
+# noise, the price of cancelling interference that lasts seconds.
+TRUTH_BOUND = {"interpolated": 0.02, "paired": 0.0225}
 
 
 @pytest.fixture(scope="module", params=["interpolated", "paired"])
