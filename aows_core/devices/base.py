@@ -133,21 +133,24 @@ class Device:
 
     def measure_paired(
         self, channels: Sequence[int], reference: Sequence[int], repeats: int, warmup: int = 0, job: int = 0,
-        min_time_s: float = 0.0, chunks: int = 5,
+        min_time_s: float = 0.0, chunks: int = 5, reference_share: float = 1.0,
     ) -> "PairedMeasurement":
-        """The network and the reference in `chunks` alternating chunks of ⌈repeats/chunks⌉ passes each (D27).
+        """The network and the reference in `chunks` alternating chunks (D27): ⌈repeats/chunks⌉ passes of the
+        network and `reference_share` of that for the reference, each chunk after `warmup` untimed passes.
 
-        Each chunk starts with `warmup` untimed passes (the other network has just run); `min_time_s`
-        is shared among the chunks. Interference that lasts longer than one chunk pair hits both.
+        `min_time_s` is shared among the network's chunks (the reference's: `reference_share` of it).
+        Interference that lasts longer than one chunk pair hits both.
         """
         repeats, warmup = check_counts(repeats, warmup)
-        if chunks < 1:
-            raise ValueError(f"need chunks ≥ 1, got {chunks}")
+        if chunks < 1 or not 0 < reference_share <= 1:
+            raise ValueError(f"need chunks ≥ 1 and 0 < reference_share ≤ 1, got {chunks} and {reference_share}")
         per, per_time = math.ceil(repeats / chunks), min_time_s / chunks
+        per_ref = max(1, math.ceil(per * reference_share))
         t0 = time.perf_counter()
         net, ref = self.open(channels, job), self.open(reference, job)
         try:
-            pairs = [(net(per, warmup, per_time), ref(per, warmup, per_time)) for _ in range(chunks)]
+            pairs = [(net(per, warmup, per_time), ref(per_ref, warmup, per_time * reference_share))
+                     for _ in range(chunks)]
         finally:
             net.close()
             ref.close()

@@ -291,7 +291,7 @@ def timing_counts(device, protocol: Mapping[str, Any]) -> tuple[int, int, float]
 
 
 def time_network(device, channels, job: int, counts: tuple[int, int, float], statistic: str,
-                 reference: Sequence[int] | None = None, chunks: int = 1) -> dict[str, Any]:
+                 reference: Sequence[int] | None = None, chunks: int = 1, reference_share: float = 1.0) -> dict[str, Any]:
     """Time one network under the protocol (§4): the fitted statistic, the raw per-repeat statistics and, when a
     `reference` is given, the paired timing (D27): the reference's statistic over its chunks, the ratio of the two
     statistics (both pooled over the alternating chunks, so both see the same mixture of the host's states) and the
@@ -299,7 +299,8 @@ def time_network(device, channels, job: int, counts: tuple[int, int, float], sta
     repeats, warmup, min_time = counts
     paired = reference is not None and not device.analytic
     if paired:
-        m = device.measure_paired(list(channels), list(reference), repeats, warmup, job, min_time, chunks)
+        m = device.measure_paired(list(channels), list(reference), repeats, warmup, job, min_time, chunks,
+                                  reference_share)
         s = np.concatenate(m.network)
         stat = STATISTICS[statistic]
         ref = stat(np.concatenate(m.reference))
@@ -325,11 +326,12 @@ def time_network(device, channels, job: int, counts: tuple[int, int, float], sta
     }
 
 
-def pairing_of(device, protocol: Mapping[str, Any], space: SearchSpace) -> tuple[list[int] | None, int]:
-    """(reference, chunks) for `time_network`: the reference network under paired timing, None otherwise."""
+def pairing_of(device, protocol: Mapping[str, Any], space: SearchSpace) -> tuple[list[int] | None, int, float]:
+    """(reference, chunks, reference_share) for `time_network`: the reference network under paired timing, None
+    otherwise."""
     if device.analytic or protocol["pairing"] != "paired":
-        return None, 1
-    return reference_config(space), int(protocol["chunks"])
+        return None, 1, 1.0
+    return reference_config(space), int(protocol["chunks"]), float(protocol["reference_share"])
 
 
 # Decisions must carry the LUT's own prediction; anything looser means they were decided on another table.
@@ -384,7 +386,8 @@ def measure_plan(
 def protocol_differences(used: Mapping[str, Any], protocol: Mapping[str, Any]) -> list[str]:
     """The timing settings (§4 same form) in which `protocol` differs from the `used` one: "key old → new" each."""
     used = {"pairing": "interpolated", **used}  # sessions recorded before D27 interpolated their reference
-    keys = ("statistic", "repeats", "warmup", "min_time_ms", "pairing") + (("chunks",) if protocol["pairing"] == "paired" else ())
+    keys = ("statistic", "repeats", "warmup", "min_time_ms", "pairing") + (
+        ("chunks", "reference_share") if protocol["pairing"] == "paired" else ())
     differ = [k for k in keys if k in used and used[k] != protocol[k]]
     return [f"{k} {used[k]!r} → {protocol[k]!r}" for k in differ]
 
@@ -405,12 +408,13 @@ def time_jobs(device, jobs: list[MeasureJob], protocol: Mapping[str, Any], space
               on_step: Callable[[], None] | None = None) -> list[dict]:
     """Each job timed as profiling times it (same repeats, warm-up, minimum time, statistic and pairing, §4, D27)."""
     counts = timing_counts(device, protocol)
-    reference, chunks = pairing_of(device, protocol, space)
+    reference, chunks, share = pairing_of(device, protocol, space)
     rows = []
     for j in jobs:
         t_abs = time.time()
         rows.append({"job": j.job, "round": j.round, "role": j.role, "network": j.network, "t_abs": t_abs,
-                     **time_network(device, j.channels, j.job, counts, protocol["statistic"], reference, chunks)})
+                     **time_network(device, j.channels, j.job, counts, protocol["statistic"], reference, chunks,
+                                    share)})
         if on_step is not None:
             on_step()
     return rows

@@ -41,7 +41,7 @@ class _Session:
         self.journal, self.device, self.bar = journal, device, bar
         self.statistic = protocol["statistic"]
         self.counts = timing_counts(device, protocol)
-        self.reference, self.chunks = pairing_of(device, protocol, space)
+        self.reference, self.chunks, self.share = pairing_of(device, protocol, space)
         self.budget = stop_after if stop_after is not None else math.inf
         self.jobs: list = []
 
@@ -60,7 +60,7 @@ class _Session:
                 return False
             row = {"job": j.job, "role": j.role, "config_id": j.config_id, "channels": list(j.channels), "set": j.set,
                    "t_abs": time.time(), **time_network(self.device, j.channels, j.job, self.counts, self.statistic,
-                                                         self.reference, self.chunks)}
+                                                         self.reference, self.chunks, self.share)}
             if retime_of is not None:
                 row["retime_of"] = retime_of[j.job]
             self.journal.append(row)

@@ -118,3 +118,12 @@ def test_finalists_are_flagged_when_the_lut_or_the_session_was_too_noisy():
     busy = _rows([[1.0, 1.3, 0.8], [2.0, 2.6, 1.7]])
     out, _, noise = finalist_rows(fin, busy, nets, 1.0, False, "d", True, pairing="paired", max_noise=0.05)
     assert noise > 0.05 and all(r["too_noisy"] for r in out)
+
+
+def test_the_reference_takes_its_share_of_every_chunk(tiny_space):
+    dev = get_device(BUSY, tiny_space, 3)
+    m = dev.measure_paired(tiny_space.max_config, tiny_space.min_config, repeats=30, warmup=1, job=5, chunks=5,
+                           reference_share=0.5)
+    assert [len(c) for c in m.network] == [6] * 5 and [len(c) for c in m.reference] == [3] * 5
+    with pytest.raises(ValueError, match="reference_share"):
+        dev.measure_paired(tiny_space.max_config, tiny_space.min_config, repeats=30, reference_share=0.0)

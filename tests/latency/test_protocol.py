@@ -16,7 +16,7 @@ from aows_core.latency.protocol import (
 )
 from aows_core.space import get_space
 
-PROTOCOL = {"statistic": "median", "repeats": 3, "warmup": 1, "min_time_ms": 0.0, "pairing": "interpolated", "chunks": 5}
+PROTOCOL = {"statistic": "median", "repeats": 3, "warmup": 1, "min_time_ms": 0.0, "pairing": "interpolated", "chunks": 5, "reference_share": 0.5}
 
 
 class _Device:
