@@ -344,6 +344,7 @@ class DataSpec:
     train_seed: int | None = None  # batch order and augmentation only (None → seed): retraining with another seed
     channels_last: bool = False
     num_workers: int = 0  # DataLoader workers (imagefolder only)
+    prefetch_factor: int = 2  # batches each worker loads ahead (imagefolder with workers)
     augment: bool = True  # crop + flip on training batches
     image_size: int | None = None  # imagefolder crop size (None → 224); fixed by the data otherwise
 
@@ -356,6 +357,8 @@ class DataSpec:
                 raise DataError(f"data.{key} must be ≥ 0, got {getattr(self, key)}")
         if self.batch_size < 1:
             raise DataError(f"data.batch_size must be ≥ 1, got {self.batch_size}")
+        if self.prefetch_factor < 1:
+            raise DataError(f"data.prefetch_factor must be ≥ 1, got {self.prefetch_factor}")
         if self.train_subset is not None and self.train_subset < 1:
             raise DataError(f"data.train_subset must be ≥ 1 or null, got {self.train_subset}")
         if self.image_size is not None and self.name != "imagefolder":
@@ -406,5 +409,5 @@ def data_spec(config: Mapping[str, Any], section: str | None = "supernet", train
         name=d["dataset"], root=d["root"], download=d["download"], search_val=d["search_val"],
         calibration=d["calibration"], train_subset=d["train_subset"], batch_size=s["batch_size"],
         seed=seed, train_seed=None if train_seed is None or int(train_seed) == seed else int(train_seed),
-        channels_last=s["channels_last"], num_workers=d["num_workers"],
+        channels_last=s["channels_last"], num_workers=d["num_workers"], prefetch_factor=d["prefetch_factor"],
     )
