@@ -206,10 +206,12 @@ def _train_errors(cfg: Mapping) -> list[str]:
     if t["precision"] == "fp16" and t["device"] == "cpu":
         lines.append("config key train.precision: fp16 trains on CUDA only (float16 autocast with a gradient scaler); "
                      "on the CPU use train.precision: bf16 (or fp32), or set train.device to auto or cuda")
-    if t["precision"] == "fp16" and cfg["supernet"]["processes"] > 1:
-        lines.append(f"config key train.precision: fp16 with supernet.processes = {cfg['supernet']['processes']} is "
-                     "not supported (each rank's gradient scaler would skip steps on its own); use train.precision: "
-                     "bf16 or supernet.processes: 1")
+    for key in ("supernet", "retrain"):
+        n = cfg[key]["processes"]
+        if t["precision"] == "fp16" and n > 1:
+            lines.append(f"config key train.precision: fp16 with {key}.processes = {n} is not supported (the gradient "
+                         "scaler has not been checked on several GPUs); use train.precision: bf16 or "
+                         f"{key}.processes: 1")
     return lines
 
 
