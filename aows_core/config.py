@@ -206,10 +206,12 @@ def _train_errors(cfg: Mapping) -> list[str]:
     if t["precision"] == "fp16" and t["device"] == "cpu":
         lines.append("config key train.precision: fp16 trains on CUDA only (float16 autocast with a gradient scaler); "
                      "on the CPU use train.precision: bf16 (or fp32), or set train.device to auto or cuda")
-    if t["precision"] == "fp16" and cfg["supernet"]["processes"] > 1:
-        lines.append(f"config key train.precision: fp16 with supernet.processes = {cfg['supernet']['processes']} is "
-                     "not supported (each rank's gradient scaler would skip steps on its own); use train.precision: "
-                     "bf16 or supernet.processes: 1")
+    for key in ("supernet", "retrain"):
+        n = cfg[key]["processes"]
+        if t["precision"] == "fp16" and n > 1:
+            lines.append(f"config key train.precision: fp16 with {key}.processes = {n} is not supported (the gradient "
+                         "scaler has not been checked on several GPUs); use train.precision: bf16 or "
+                         f"{key}.processes: 1")
     return lines
 
 
@@ -344,6 +346,7 @@ class DataSpec:
     train_seed: int | None = None  # batch order and augmentation only (None → seed): retraining with another seed
     channels_last: bool = False
     num_workers: int = 0  # DataLoader workers (imagefolder only)
+    prefetch_factor: int = 2  # batches each worker loads ahead (imagefolder with workers)
     augment: bool = True  # crop + flip on training batches
     image_size: int | None = None  # imagefolder crop size (None → 224); fixed by the data otherwise
 
@@ -356,6 +359,8 @@ class DataSpec:
                 raise DataError(f"data.{key} must be ≥ 0, got {getattr(self, key)}")
         if self.batch_size < 1:
             raise DataError(f"data.batch_size must be ≥ 1, got {self.batch_size}")
+        if self.prefetch_factor < 1:
+            raise DataError(f"data.prefetch_factor must be ≥ 1, got {self.prefetch_factor}")
         if self.train_subset is not None and self.train_subset < 1:
             raise DataError(f"data.train_subset must be ≥ 1 or null, got {self.train_subset}")
         if self.image_size is not None and self.name != "imagefolder":
@@ -406,5 +411,5 @@ def data_spec(config: Mapping[str, Any], section: str | None = "supernet", train
         name=d["dataset"], root=d["root"], download=d["download"], search_val=d["search_val"],
         calibration=d["calibration"], train_subset=d["train_subset"], batch_size=s["batch_size"],
         seed=seed, train_seed=None if train_seed is None or int(train_seed) == seed else int(train_seed),
-        channels_last=s["channels_last"], num_workers=d["num_workers"],
+        channels_last=s["channels_last"], num_workers=d["num_workers"], prefetch_factor=d["prefetch_factor"],
     )

@@ -13,7 +13,10 @@ global batches, so batch k of epoch e is always the same images and an iterator 
 the splits. With ``world_size = w`` rank r takes images [r·B/w, (r+1)·B/w) of each global batch
 (`shard_bounds`), so one process and w processes see the same global stream. In-memory datasets
 augment whole uint8 batches; ImageFolder uses torchvision transforms in a DataLoader whose sampler
-gives each image its seed.
+gives each image its seed, so worker count and prefetching change nothing but speed. With workers the
+training DataLoader of a (rank, world) is kept and its workers persist across epochs (the sampler is
+moved to each epoch's start); it prefetches ``prefetch_factor`` batches per worker and pins memory when
+the training device is CUDA (``load_splits(spec, pin_memory=True)``).
 """
 
 from __future__ import annotations
@@ -156,26 +159,76 @@ class StepSampler(torch.utils.data.Sampler):
     """(index, augmentation seed) of one rank's images for an epoch, starting at a given step."""
 
     def __init__(self, indices: np.ndarray, batch_size: int, seed: int, epoch: int, start_step: int = 0, rank: int = 0, world_size: int = 1) -> None:
-        """Fix the epoch's permutation, the first step and the rank's slice of each global batch."""
-        self.indices, self.batch_size, self.seed, self.epoch = indices, batch_size, seed, epoch
+        """Fix the rank's slice of each global batch, then the epoch and first step (`at`)."""
+        self.indices, self.batch_size, self.seed = indices, batch_size, seed
         self.lo, self.hi = shard_bounds(batch_size, rank, world_size)
         self.steps = len(indices) // batch_size
+        self.at(epoch, start_step)
+
+    def at(self, epoch: int, start_step: int = 0) -> None:
+        """Move to an epoch and its first step (read when an iteration starts)."""
         if not 0 <= start_step <= self.steps:
             raise DataError(f"start_step {start_step} is outside [0, {self.steps}] steps of the epoch")
-        self.start_step = start_step
+        self.epoch, self.start_step = epoch, start_step
 
     def __len__(self) -> int:
         """Number of images this rank sees from start_step to the end of the epoch."""
         return (self.steps - self.start_step) * (self.hi - self.lo)
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        """Yield (index into the folder, per-image seed) in batch order."""
-        perm = epoch_permutation(len(self.indices), self.seed, self.epoch)
-        for step in range(self.start_step, self.steps):
-            seeds = _rng(self.seed, _AUGMENT, self.epoch, step).integers(0, 2**62, size=self.batch_size)
-            chosen = self.indices[perm[step * self.batch_size : (step + 1) * self.batch_size]]
-            for j in range(self.lo, self.hi):
-                yield int(chosen[j]), int(seeds[j])
+        """Yield (index into the folder, per-image seed) in batch order, for the epoch and step set now."""
+        return _step_items(self.indices, self.batch_size, self.seed, self.epoch, self.start_step, self.lo, self.hi)
+
+
+def _step_items(indices: np.ndarray, batch_size: int, seed: int, epoch: int, start_step: int, lo: int,
+                hi: int) -> Iterator[tuple[int, int]]:
+    """(index, seed) of images [lo, hi) of every global batch of an epoch from start_step."""
+    perm = epoch_permutation(len(indices), seed, epoch)
+    for step in range(start_step, len(indices) // batch_size):
+        seeds = _rng(seed, _AUGMENT, epoch, step).integers(0, 2**62, size=batch_size)
+        chosen = indices[perm[step * batch_size : (step + 1) * batch_size]]
+        for j in range(lo, hi):
+            yield int(chosen[j]), int(seeds[j])
+
+
+class _Stream:
+    """The batches of one DataLoader iteration (channels_last when asked); `release` runs when it ends or is dropped."""
+
+    def __init__(self, it: Iterator[tuple[torch.Tensor, torch.Tensor]], channels_last: bool, release: Callable[[], None] | None = None) -> None:
+        """Wrap a started DataLoader iterator."""
+        self.it, self.channels_last, self._release = it, channels_last, release
+
+    def __iter__(self) -> "_Stream":
+        """The stream itself."""
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next (x, y) batch."""
+        try:
+            x, y = next(self.it)
+        except StopIteration:
+            self.release()
+            raise
+        return (x.contiguous(memory_format=torch.channels_last) if self.channels_last else x), y
+
+    def release(self) -> None:
+        """Hand the loader back (once)."""
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+    def __del__(self) -> None:
+        """An abandoned stream hands its loader back too."""
+        self.release()
+
+
+def _loader(dataset: torch.utils.data.Dataset, sampler: Any, batch_size: int, spec: DataSpec, pin_memory: bool, *,
+            persistent: bool = False, drop_last: bool = False, generator: torch.Generator | None = None) -> torch.utils.data.DataLoader:
+    """A DataLoader with the spec's workers and, with workers, its prefetch depth (and persistent workers if asked)."""
+    workers = spec.num_workers
+    extra = {"prefetch_factor": spec.prefetch_factor, "persistent_workers": persistent} if workers else {}
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
+                                       drop_last=drop_last, pin_memory=pin_memory, generator=generator, **extra)
 
 
 def _imagefolder_transforms(size: int, mean: Sequence[float], std: Sequence[float]) -> tuple[Callable, Callable]:
@@ -188,22 +241,19 @@ def _imagefolder_transforms(size: int, mean: Sequence[float], std: Sequence[floa
     return train, evalt
 
 
-def _to_channels_last(it: Iterator[tuple[torch.Tensor, torch.Tensor]], on: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Pass batches through, converted to channels_last when asked."""
-    for x, y in it:
-        yield (x.contiguous(memory_format=torch.channels_last) if on else x), y
-
-
 # -------------------------------------------------------------------------------- the splits
 
 
 class Splits:
     """The train, search_val and calibration splits of a dataset, with their batch iterators (no test)."""
 
-    def __init__(self, spec: DataSpec, info: DatasetInfo, indices: dict[str, np.ndarray], images: torch.Tensor | None, labels: torch.Tensor | None, folder: Any = None) -> None:
-        """Hold the spec, info, split indices and either in-memory tensors or an ImageFolder."""
+    def __init__(self, spec: DataSpec, info: DatasetInfo, indices: dict[str, np.ndarray], images: torch.Tensor | None, labels: torch.Tensor | None, folder: Any = None, pin_memory: bool = False) -> None:
+        """Hold the spec, info, split indices and either in-memory tensors or an ImageFolder (pinned batches: CUDA)."""
         self.spec, self.info, self.indices = spec, info, indices
         self._images, self._labels, self._folder = images, labels, folder
+        self.pin_memory = pin_memory
+        self._loaders: dict[tuple[int, int], torch.utils.data.DataLoader] = {}  # persistent training loaders
+        self._reading: set[tuple[int, int]] = set()  # those an unfinished stream is reading
         self._norm = _Normalize(info.mean, info.std, spec.channels_last)
         self.steps_per_epoch = len(indices["train"]) // spec.batch_size
         if self.steps_per_epoch == 0:
@@ -254,20 +304,32 @@ class Splits:
             yield self._norm(x), self._labels[idx]
 
     def _folder_train(self, epoch: int, start_step: int, rank: int, world_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Batches of the ImageFolder through a DataLoader and the step sampler."""
+        """Batches of the ImageFolder through a DataLoader and the step sampler.
+
+        With workers, the (rank, world) loader is kept and its workers persist; a second stream read while
+        one is unfinished (the supernet's estimation pool inside an epoch) gets a loader of its own."""
+        key = (rank, world_size)
+        keep = self.spec.num_workers > 0 and key not in self._reading
+        loader = self._loaders.get(key) if keep else None
+        if loader is None:
+            loader = self._train_loader(rank, world_size, keep)
+            if keep:
+                self._loaders[key] = loader
+        loader.sampler.at(epoch, start_step)
+        if not keep:
+            return _Stream(iter(loader), self.spec.channels_last)
+        self._reading.add(key)
+        return _Stream(iter(loader), self.spec.channels_last, lambda: self._reading.discard(key))
+
+    def _train_loader(self, rank: int, world_size: int, persistent: bool) -> torch.utils.data.DataLoader:
+        """A training DataLoader of this rank's shards (its position is set by `StepSampler.at`)."""
         spec = self.spec
         tf = self._train_tf if spec.augment else self._eval_tf
-        sampler = StepSampler(self.indices["train"], spec.batch_size, spec.batch_seed, epoch, start_step, rank, world_size)
-        loader = torch.utils.data.DataLoader(
-            _SeededImages(self._folder, tf),
-            batch_size=spec.batch_size // world_size,
-            sampler=sampler,
-            num_workers=spec.num_workers,
-            drop_last=True,
-            generator=torch.Generator().manual_seed(spec.batch_seed * 1_000_003 + epoch),
-            persistent_workers=False,
-        )
-        return _to_channels_last(iter(loader), spec.channels_last)
+        sampler = StepSampler(self.indices["train"], spec.batch_size, spec.batch_seed, 0, 0, rank, world_size)
+        # The generator only seeds worker processes (each image's transform is seeded by its sampler seed);
+        # it keeps the loader off torch's global RNG.
+        return _loader(_SeededImages(self._folder, tf), sampler, spec.batch_size // world_size, spec, self.pin_memory,
+                       persistent=persistent, drop_last=True, generator=torch.Generator().manual_seed(spec.batch_seed))
 
     # -- evaluation (no augmentation, no shuffle)
 
@@ -276,7 +338,7 @@ class Splits:
         bs = batch_size or self.spec.batch_size
         indices = self.indices[split]
         if self._folder is not None:
-            return _folder_eval(self._folder, self._eval_tf, indices, bs, rank, world_size, self.spec)
+            return _folder_eval(self._folder, self._eval_tf, indices, bs, rank, world_size, self.spec, self.pin_memory)
         return self._memory_eval(indices, bs, rank, world_size)
 
     def _memory_eval(self, indices: np.ndarray, bs: int, rank: int, world_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -294,27 +356,22 @@ class Splits:
         return self._eval("calibration", batch_size, rank, world_size)
 
 
-def _folder_eval(folder: Any, tf: Callable, indices: np.ndarray, bs: int, rank: int, world_size: int, spec: DataSpec) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _folder_eval(folder: Any, tf: Callable, indices: np.ndarray, bs: int, rank: int, world_size: int, spec: DataSpec, pin_memory: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Fixed-order ImageFolder evaluation batches through a DataLoader."""
     if world_size < 1 or not 0 <= rank < world_size:
         raise DataError(f"rank {rank} is not in [0, world_size = {world_size})")
-    loader = torch.utils.data.DataLoader(
-        _SeededImages(folder, tf),
-        batch_size=bs,
-        sampler=[int(i) for i in indices[rank::world_size]],
-        num_workers=spec.num_workers,
-        shuffle=False,
-    )
-    return _to_channels_last(iter(loader), spec.channels_last)
+    loader = _loader(_SeededImages(folder, tf), [int(i) for i in indices[rank::world_size]], bs, spec, pin_memory)
+    return _Stream(iter(loader), spec.channels_last)
 
 
-def load_splits(spec: DataSpec) -> Splits:
-    """Check and split the training set of a dataset (the test split is not read)."""
+def load_splits(spec: DataSpec, pin_memory: bool = False) -> Splits:
+    """Check and split the training set of a dataset (the test split is not read); `pin_memory` (ImageFolder
+    batches in page-locked memory) when they go to a CUDA device."""
     root = spec.resolved_root
     if spec.name == "imagefolder":
         info = _imagefolder_info(root, spec.image_size)
         train, _ = _imagefolder_pair(str(root.resolve()))
-        return Splits(spec, info, split_indices(info.n_train, spec), None, None, folder=train)
+        return Splits(spec, info, split_indices(info.n_train, spec), None, None, folder=train, pin_memory=pin_memory)
     if spec.name == "fashion_mnist":
         x, y = _fmnist_arrays(root, "train", spec.download)
         info = _fmnist_info(root, spec.download)
@@ -324,15 +381,16 @@ def load_splits(spec: DataSpec) -> Splits:
     return Splits(spec, info, split_indices(len(x), spec), x, y)
 
 
-def test_batches(spec: DataSpec, batch_size: int | None = None, rank: int = 0, world_size: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The official test split, fixed order, no augmentation: for the final evaluation only."""
+def test_batches(spec: DataSpec, batch_size: int | None = None, rank: int = 0, world_size: int = 1, pin_memory: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The official test split, fixed order, no augmentation: for the final evaluation only (rank r: every
+    world_size-th image; ImageFolder batches pinned with `pin_memory`)."""
     root = spec.resolved_root
     bs = batch_size or spec.batch_size
     if spec.name == "imagefolder":
         info = _imagefolder_info(root, spec.image_size)
         _, val = _imagefolder_pair(str(root.resolve()))
         _, tf = _imagefolder_transforms(info.height, info.mean, info.std)
-        return _folder_eval(val, tf, np.arange(len(val)), bs, rank, world_size, spec)
+        return _folder_eval(val, tf, np.arange(len(val)), bs, rank, world_size, spec, pin_memory)
     if spec.name == "fashion_mnist":
         x, y = _fmnist_arrays(root, "test", spec.download)
     else:

@@ -2,8 +2,9 @@
 
 Each stage module declares COMMAND, HELP, PARSER_KWARGS, INPUTS, OUTPUTS, `add_arguments(p)`,
 `run(config, inputs, outputs, **options)` and `report(result, args)`; optional hooks are
-`needs_config(args)`, `from_args(args)` and `launch(config, args)`. Stages are the only layer that
-wires artifacts (I/O) to the algorithms. This package imports no stage module until `modules()`.
+`needs_config(args)`, `from_args(args)` and `launch(config, args)` (the training stages relaunch themselves
+as data-parallel processes through `torchrun`). Stages are the only layer that wires artifacts (I/O) to the
+algorithms. This package imports no stage module until `modules()`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from types import ModuleType
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 COMMANDS = ("space", "sample", "profile", "fit_lut", "validate_lut", "decode", "check_target", "train_supernet",
             "greedy", "decide_baseline", "retrain", "relabel", "export", "measure", "proxy", "pareto", "inspect")
@@ -42,3 +43,30 @@ def from_args(stage: ModuleType, args: argparse.Namespace) -> tuple[dict[str, An
     if hasattr(args, "quiet"):
         options["progress"] = not args.quiet
     return inputs, outputs, options
+
+
+def forward_options(args: argparse.Namespace, dests: Sequence[str]) -> list[str]:
+    """The command-line options that give `dests` their parsed values (None and False left out)."""
+    out: list[str] = []
+    for dest in dests:
+        value = getattr(args, dest)
+        if value is None or value is False:
+            continue
+        out += [f"--{dest.replace('_', '-')}"] + ([] if value is True else [str(value)])
+    return out
+
+
+def torchrun(command: str, config: Mapping[str, Any], argv: Sequence[str], processes: int, threads: int) -> None:
+    """Run `aows <command> --config-json CONFIG ARGV` as `processes` data-parallel processes of this node
+    (`torch.distributed.run --standalone`, OMP_NUM_THREADS = `threads` unless set); an error if any fails."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
+           "-m", "aows_core.cli", command, "--config-json", json.dumps(config), *argv]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
+    rc = subprocess.run(cmd, env=env).returncode
+    if rc:
+        raise RuntimeError(f"torchrun with {processes} processes exited with status {rc} (see the ranks' errors above)")

@@ -1,11 +1,18 @@
-"""`aows retrain`: train a decision's network from scratch; top-1 on the test split (§7)."""
+"""`aows retrain`: train a decision's network from scratch; top-1 on the test split (§7).
+
+With retrain.processes = N > 1 the command relaunches itself under torchrun (`launch`, docs/method.md D30).
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any, Mapping
+import os
+from typing import TYPE_CHECKING, Any, Mapping
 
-from . import add_config
+from . import add_config, forward_options, torchrun
+
+if TYPE_CHECKING:
+    from ..training.distributed import Dist
 
 COMMAND = "retrain"
 HELP = "train a decision's network from scratch; top-1 on the test split (§7)"
@@ -27,6 +34,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true")
 
 
+def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
+    """With retrain.processes = N > 1 outside torchrun: run this command as N processes; True if it did."""
+    rt = config["retrain"]
+    n = int(rt["processes"])
+    if not (n > 1 and "RANK" not in os.environ):
+        return False
+    if rt["batch_size"] % n:
+        raise ValueError(f"retrain.batch_size = {rt['batch_size']} is not divisible by retrain.processes = {n}")
+    argv = forward_options(args, ("decision", "channels", "seed", "out_dir", "resume_dir", "stop_after", "quiet"))
+    torchrun(COMMAND, config, argv, n, int(rt["threads"]))
+    return True
+
+
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, resume_dir,
         seed: int | None = None, channels: str | None = None, progress: bool = True,
         stop_after: int | None = None) -> dict[str, Any]:
@@ -36,7 +56,18 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 
     `seed` (default: the config's top-level seed) drives initialisation, batch order and augmentation; the
     splits (train_subset, search_val, calibration) always come from the top-level seed, so every seed of a
-    network trains and is compared on the same images."""
+    network trains and is compared on the same images. Under torchrun (retrain.processes > 1) every rank trains
+    and evaluates its shard; rank 0 writes."""
+    from ..training.distributed import process_group
+
+    with process_group(int(config["retrain"]["processes"]), str(config["train"]["device"]), "retrain.processes") as ddp:
+        return _run(config, inputs, outputs, ddp, resume_dir=resume_dir, seed=seed, channels=channels,
+                    progress=progress, stop_after=stop_after)
+
+
+def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], ddp: Dist, *, resume_dir,
+         seed: int | None, channels: str | None, progress: bool, stop_after: int | None) -> dict[str, Any]:
+    """`run` in this process's place of the (data-parallel) run `ddp`."""
     from pathlib import Path
 
     import torch
@@ -47,7 +78,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from ..evaluation import wilson_interval
     from ..nets.scoring import top1
     from ..artifacts.resume import clear_resume
-    from ..training.accelerator import accelerator
+    from ..training.accelerator import Accelerator, check_precision
+    from ..training.distributed import bn_description, sum_over_ranks
     from ..training.retrain import train_network
 
     decision = inputs.get("decision")
@@ -64,28 +96,34 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     channels = [int(c) for c in row["channels"]]
     out_dir, resume_dir = Path(outputs["out_dir"]), Path(resume_dir)
     torch.set_num_threads(int(rt["threads"]))
-    accel = accelerator(config)
+    check_precision(str(config["train"]["precision"]), ddp.device)
+    accel = Accelerator(ddp.device, str(config["train"]["precision"]))
 
     spec = data_spec(config, "retrain", train_seed=seed)
-    splits = load_splits(spec)
+    splits = load_splits(spec, pin_memory=accel.device.type == "cuda")
     check_dataset(splits.info, space)
     desc = f"retrain {row['method']} {row['target']}" if decision is not None else f"retrain {net_key(channels)}"
     res = train_network(config, space, channels, splits, resume_dir, accel, seed=seed, progress=progress,
-                        stop_after=stop_after, desc=desc)
+                        stop_after=stop_after, desc=desc, ddp=ddp)
     if not res.complete:
         return {"complete": False, "epoch": res.epoch, "step": res.step}
 
+    test = test_batches(spec, batch_size=int(rt["eval_batch_size"]), rank=ddp.rank, world_size=ddp.world,
+                        pin_memory=accel.device.type == "cuda")
     with accel.autocast():
-        correct, n = top1(res.model, accel.batches(test_batches(spec, batch_size=int(rt["eval_batch_size"]))))
+        correct, n = sum_over_ranks(list(top1(res.model, accel.batches(test))), ddp)  # each rank: 1/N of the images
     lo, hi = wilson_interval(correct, n)
     result = {
         "method": row["method"], "device": row["device"], "target": row["target"], "channels": channels, "seed": seed,
         "epochs": int(rt["epochs"]), "train_seconds": res.seconds, "final_train_loss": res.final_train_loss,
         "test_correct": correct, "test_n": n, "test_acc": correct / n, "test_acc_low": lo, "test_acc_high": hi,
     }
+    if not ddp.main:  # rank 0 writes
+        return {"complete": True, **result}
     label = {"decision": str(decision)} if decision is not None else {"network": net_key(channels)}
     meta = artifacts.provenance(space, retrain=dict(rt), data=spec.to_dict(), **label,
                                 train={**config["train"], "resolved_device": str(accel.device)},
+                                processes=ddp.world, bn=bn_description(ddp.world, masked=False),
                                 interval="Wilson score, 95 %", schedule="linear warm-up, then cosine")
     artifacts.write_records([result], out_dir / "result.parquet", "retrain", meta)
     artifacts.save_torch({"space": space.to_dict(), "space_hash": space.hash, "channels": channels,
@@ -97,6 +135,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
     from ..config import net_key
 
+    if os.environ.get("RANK", "0") != "0":
+        return  # rank 0 reports
     if r["complete"]:
         who = f"{r['method']} @ {r['target']}" if r["method"] is not None else net_key(r["channels"])
         print(f"{who}: test top-1 {100 * r['test_acc']:.2f} % "

@@ -6,12 +6,10 @@ With supernet.processes = N > 1 the command relaunches itself under torchrun (`l
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 from typing import Any, Mapping
 
-from . import add_config
+from . import add_config, forward_options, torchrun
 
 COMMAND = "train-supernet"
 HELP = "train an OWS or AOWS slimmable supernet (§3, §5, §6)"
@@ -37,25 +35,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
     """With supernet.processes = N > 1 outside torchrun: run this command as N processes; True if it did."""
-    import subprocess
-
     n = int(config["supernet"]["processes"])
     if not (n > 1 and "RANK" not in os.environ):
         return False
     if config["supernet"]["batch_size"] % n:
         raise ValueError(f"supernet.batch_size = {config['supernet']['batch_size']} is not divisible by "
                          f"supernet.processes = {n}")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n),
-           "-m", "aows_core.cli", "train-supernet", "--config-json", json.dumps(config), "--method", args.method,
-           "--out-dir", str(args.out_dir), "--resume-dir", str(args.resume_dir)]
-    for flag in ("lut", "device", "target", "init_from", "stop_after"):
-        if getattr(args, flag) is not None:
-            cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-    cmd += ["--quiet"] if args.quiet else []
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(config["supernet"]["threads"]))}
-    rc = subprocess.run(cmd, env=env).returncode
-    if rc:
-        raise RuntimeError(f"torchrun with {n} processes exited with status {rc} (see the ranks' errors above)")
+    argv = forward_options(args, ("method", "out_dir", "resume_dir", "lut", "device", "target", "init_from",
+                                  "stop_after", "quiet"))
+    torchrun(COMMAND, config, argv, n, int(config["supernet"]["threads"]))
     return True
 
 

@@ -68,7 +68,7 @@ def resolve_device(name: str, local_rank: int = 0, local_world: int = 1) -> torc
                           "the CPU) or cpu, or run on a GPU node")
     if not enough:
         raise ConfigError(f"config key train.device: cuda with {local_world} processes on this node, but it has "
-                          f"{torch.cuda.device_count()} GPU(s); lower supernet.processes to the GPU count or set "
+                          f"{torch.cuda.device_count()} GPU(s); lower supernet.processes (retrain.processes) to the GPU count or set "
                           "train.device: auto or cpu")
     return torch.device("cuda", local_rank)
 

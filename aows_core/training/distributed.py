@@ -1,33 +1,37 @@
-"""Data-parallel supernet training (`supernet.processes` = N > 1, relaunched under torchrun).
+"""Data-parallel training (`supernet.processes`, `retrain.processes` = N > 1, relaunched under torchrun).
 
 With RANK / WORLD_SIZE set the process group is initialised by the device rule of `train.device`
-(`training.accelerator`, docs/method.md D29): nccl on cuda:LOCAL_RANK, else gloo on the CPU. Every rank draws the configurations of the whole global batch from the same
-(seed, epoch, step) RNG and uses the rows of its own shard (`data.shard_bounds`), so the sample
-stream is that of one process. Gradients are averaged by a MANUAL flat all-reduce before the optimiser
-step (`AveragingOptimizer`), not DistributedDataParallel: one fixed flat layout keeps the reduction
-deterministic for any world size and across resumes, and the sandwich step's several forwards per
-backward need no reducer care. BatchNorm uses per-rank batch statistics (masked per configuration;
-SyncBatchNorm does not apply to `MaskedBNReLU`), so an N-process run is not numerically a 1-process
-run, but its configuration stream (hence unary counts) is. Unaries (eq. average_error): OWS sums and
-counts are all-reduced; AOWS window samples are gathered in rank order (`update_unaries`, passing
-the torch collectives into the numpy estimators of `search.unaries`). Metrics are averaged over ranks.
+(`training.accelerator`, docs/method.md D29): nccl on cuda:LOCAL_RANK, else gloo on the CPU. Every rank
+takes its shard of every global batch (`data.shard_bounds`), so the sample stream is that of one process;
+the supernet's ranks also draw the configurations of the whole global batch from the same (seed, epoch,
+step) RNG. Gradients are averaged by torch's DistributedDataParallel (`data_parallel`, docs/method.md
+D30): one bucketed all-reduce per optimiser step (the sandwich step's passes before the last run under
+`no_sync()`). DDP's `forward_sync_buffers` (formerly `broadcast_buffers`) is off: floating buffers (BatchNorm
+running statistics, taken on each rank's shard) are averaged over ranks after every step (`average_buffers`), as
+before DDP.
+BatchNorm uses per-rank batch statistics (SyncBatchNorm runs on GPUs only and does not apply to
+`MaskedBNReLU`), so an N-process run is not numerically a 1-process run, but its sample and
+configuration streams (hence unary counts) are. Unaries (eq. average_error): OWS sums and counts are
+all-reduced; AOWS window samples are gathered in rank order (`update_unaries`, passing the torch
+collectives into the numpy estimators of `search.unaries`). Metrics are averaged over ranks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
 
-def bn_description(world: int) -> str:
+def bn_description(world: int, masked: bool = True) -> str:
     """How train-mode BN normalised a training batch (artifact metadata)."""
     if world == 1:
-        return "batch statistics (masked per configuration)"
+        return "batch statistics (masked per configuration)" if masked else "batch statistics"
     return (f"per-rank batch statistics (no SyncBatchNorm): each of {world} processes normalises its 1/{world} of "
             "the batch; running statistics averaged over ranks every step")
 
@@ -46,9 +50,11 @@ class Dist:
         return self.rank == 0
 
 
-def init_distributed(processes: int, device: str = "auto") -> Dist:
+def init_distributed(processes: int, device: str = "auto", key: str = "supernet.processes") -> Dist:
     """Join (or initialise from RANK / WORLD_SIZE) the process group on the device `train.device` names for this
-    process (`accelerator.resolve_device`): nccl on cuda:LOCAL_RANK, gloo on the CPU; world 1: no group."""
+    process (`accelerator.resolve_device`): nccl on cuda:LOCAL_RANK, gloo on the CPU; world 1: no group.
+
+    `key` is the config key that asked for `processes` (named when the world differs)."""
     import torch.distributed as dist
 
     from .accelerator import resolve_device
@@ -56,8 +62,9 @@ def init_distributed(processes: int, device: str = "auto") -> Dist:
     initialised = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size() if initialised else int(os.environ.get("WORLD_SIZE", "1"))
     if world != processes:
-        raise ValueError(f"supernet.processes = {processes} but {world} process(es) run: launch it through "
-                         "`aows train-supernet` (which starts torchrun) or set supernet.processes to the world size")
+        command = "aows train-supernet" if key.startswith("supernet") else "aows retrain"
+        raise ValueError(f"{key} = {processes} but {world} process(es) run: launch it through "
+                         f"`{command}` (which starts torchrun) or set {key} to the world size")
     if world == 1:
         return Dist(device=resolve_device(device))
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -73,39 +80,72 @@ def init_distributed(processes: int, device: str = "auto") -> Dist:
     return Dist(dist.get_rank(), world, dev, not initialised)
 
 
-def flat_collective(tensors: list[torch.Tensor], op: str, world: int) -> None:
-    """In place over ranks, through one flat buffer: op "mean" (all-reduce / world) or "broadcast" (from rank 0)."""
+@contextlib.contextmanager
+def process_group(processes: int, device: str = "auto", key: str = "supernet.processes") -> Iterator[Dist]:
+    """`init_distributed` for the duration of a block; a group this process initialised is destroyed after it."""
+    ddp = init_distributed(processes, device, key)
+    try:
+        yield ddp
+    finally:
+        if ddp.owns_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def data_parallel(model: torch.nn.Module, ddp: Dist) -> torch.nn.Module:
+    """The model wrapped in DistributedDataParallel (world > 1; rank 0's parameters and buffers are broadcast
+    when it is built), or the model itself (world 1). Buffers are not broadcast per forward: see `average_buffers`."""
+    if ddp.world == 1:
+        return model
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [ddp.device] if ddp.device.type == "cuda" else None
+    # torch >= 2.13 calls it forward_sync_buffers; the deprecated broadcast_buffers of older versions (pyproject
+    # allows 2.9) also skips the broadcast at build time, where the buffers are identical by construction anyway
+    name = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+            else "broadcast_buffers")
+    return DistributedDataParallel(model, device_ids=ids, **{name: False})
+
+
+def average_buffers(model: torch.nn.Module, world: int) -> None:
+    """Average every floating buffer (BatchNorm running statistics) over ranks in place, in one flat all-reduce."""
     import torch.distributed as dist
 
-    if not tensors:
+    bufs = [b for b in model.buffers() if b.is_floating_point()]
+    if world == 1 or not bufs:
         return
-    flat = torch.cat([t.detach().reshape(-1) for t in tensors])
-    if op == "mean":
-        dist.all_reduce(flat)
-        flat.div_(world)
-    else:
-        dist.broadcast(flat, 0)
+    flat = torch.cat([b.detach().reshape(-1) for b in bufs])
+    dist.all_reduce(flat)
+    flat.div_(world)
     off = 0
-    for t in tensors:
-        n = t.numel()
-        t.detach().copy_(flat[off : off + n].view(t.shape))
-        off += n
+    for b in bufs:
+        b.detach().copy_(flat[off : off + b.numel()].view(b.shape))
+        off += b.numel()
 
 
-class AveragingOptimizer:
-    """Wraps the optimiser: gradients and BN running statistics are averaged over ranks before each step."""
+def mean_over_ranks(values: list[float], ddp: Dist) -> list[float]:
+    """Scalars averaged over ranks (float64; unchanged with world 1)."""
+    if ddp.world == 1:
+        return list(values)
+    import torch.distributed as dist
 
-    def __init__(self, opt: torch.optim.Optimizer, model: torch.nn.Module, world: int):
-        self.opt, self.model, self.world = opt, model, world
+    v = torch.tensor(values, dtype=torch.float64, device=ddp.device)
+    dist.all_reduce(v)
+    return (v / ddp.world).tolist()
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.opt.zero_grad(set_to_none=set_to_none)
 
-    def step(self) -> None:
-        """One flat all-reduce (mean) of every gradient and floating buffer, then the wrapped step."""
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]  # same set on every rank
-        flat_collective(grads + [b for b in self.model.buffers() if b.is_floating_point()], "mean", self.world)
-        self.opt.step()
+def sum_over_ranks(counts: list[int], ddp: Dist) -> list[int]:
+    """Integer counts summed over ranks (int64; unchanged with world 1)."""
+    if ddp.world == 1:
+        return list(counts)
+    import torch.distributed as dist
+
+    v = torch.tensor(counts, dtype=torch.int64, device=ddp.device)
+    dist.all_reduce(v)
+    return [int(c) for c in v.tolist()]
 
 
 def torch_all_reduce() -> Callable[[np.ndarray], np.ndarray] | None:
@@ -161,15 +201,5 @@ def update_unaries(estimator, idx: np.ndarray, diffs: np.ndarray, world: int) ->
 
 def mean_metrics(res, ddp: Dist):
     """The sandwich result with its scalar losses and accuracy averaged over ranks."""
-    import torch.distributed as dist
-
-    v = torch.tensor([res.loss_max, res.loss_min, float(np.mean(res.loss_random)), res.acc_max], dtype=torch.float64,
-                     device=ddp.device)
-    dist.all_reduce(v)
-    a, b, c, d = (v / ddp.world).tolist()
+    a, b, c, d = mean_over_ranks([res.loss_max, res.loss_min, float(np.mean(res.loss_random)), res.acc_max], ddp)
     return dataclasses.replace(res, loss_max=a, loss_min=b, loss_random=[c], acc_max=d)
-
-
-def broadcast_parameters(model: torch.nn.Module, world: int) -> None:
-    """Make every rank's parameters and floating buffers rank 0's (identical by construction; made certain)."""
-    flat_collective(list(model.parameters()) + [b for b in model.buffers() if b.is_floating_point()], "broadcast", world)

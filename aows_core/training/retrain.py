@@ -6,8 +6,11 @@ top-level seed, whatever the run's seed), so a run killed at any step and resume
 from its last checkpoint (`artifacts.resume`, outside the declared outputs) ends with the same
 weights as an uninterrupted one. Device and precision: the config's `train:` section
 (`training.accelerator`, docs/method.md D29), forwards under torch.autocast, fp16 with a gradient scaler
-resumed with the rest. The stage evaluates the result once on the test split (`nets.scoring.top1`,
-`evaluation.wilson_interval`) and writes it.
+resumed with the rest. With `retrain.processes` = N > 1 (torchrun, `training.distributed`, docs/method.md
+D30) rank r trains on its shard of every global batch, DistributedDataParallel averages the gradients, BatchNorm
+running statistics are averaged after every step, and rank 0 writes the resume checkpoints. The stage evaluates
+the result once on the test split (`nets.scoring.top1`, counts summed over ranks; `evaluation.wilson_interval`)
+and writes it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ..config import settings_hash, stage_settings
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
 from .accelerator import Accelerator
+from .distributed import Dist, average_buffers, data_parallel, mean_over_ranks
 from .loop import Position, progress_bar, run_epochs
 
 
@@ -66,9 +70,9 @@ class RetrainResult:
 
 def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Sequence[int], splits: Any,
                   resume_dir: str | os.PathLike, accel: Accelerator, *, seed: int | None = None, progress: bool = True,
-                  stop_after: int | None = None, desc: str = "retrain") -> RetrainResult:
+                  stop_after: int | None = None, desc: str = "retrain", ddp: Dist | None = None) -> RetrainResult:
     """Train the fixed-width MobileNet-v1 of `channels` from scratch on `splits` (§7) on `accel`'s device and
-    precision, resumable at any step.
+    precision, resumable at any step; `ddp`: this process's place in a data-parallel run (default: alone).
 
     `seed` (default: the config's top-level seed) initialises the weights; the batches are the splits'."""
     from ..nets.mobilenet import MobileNetV1
@@ -78,6 +82,7 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
     if splits.spec.batch_seed != seed:
         raise ValueError(f"the splits' batches are seeded with {splits.spec.batch_seed}, this run with {seed}: "
                          f"load them with data_spec(config, 'retrain', train_seed={seed})")
+    ddp = ddp or Dist(device=accel.device)
     channels = [int(c) for c in channels]
     steps, E = splits.steps_per_epoch, int(rt["epochs"])
     total, warmup = E * steps, int(round(float(rt["warmup_epochs"]) * steps))
@@ -101,17 +106,19 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
             scaler.load_state_dict(state["scaler"])
         pos = Position(state["epoch"], state["step"])
         acc["seconds"], acc["loss_sum"], acc["loss_n"] = (state[k] for k in ("seconds", "loss_sum", "loss_n"))
+    net = data_parallel(model, ddp)  # DDP broadcasts rank 0's parameters when built (identical by construction)
 
     def save() -> None:
         now = time.perf_counter()
         acc["seconds"] += now - acc["t0"]
         acc["t0"] = now
-        save_resume({"run_id": rid, "model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": pos.epoch,
-                     "step": pos.step, "seconds": acc["seconds"], "loss_sum": acc["loss_sum"], "loss_n": acc["loss_n"],
-                     **({} if scaler is None else {"scaler": scaler.state_dict()})}, ckpt)
+        if ddp.main:
+            save_resume({"run_id": rid, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                         "epoch": pos.epoch, "step": pos.step, "seconds": acc["seconds"], "loss_sum": acc["loss_sum"],
+                         "loss_n": acc["loss_n"], **({} if scaler is None else {"scaler": scaler.state_dict()})}, ckpt)
 
     def start_epoch(epoch: int) -> None:
-        model.train()
+        net.train()
         acc["t0"] = time.perf_counter()
 
     def step(x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
@@ -119,24 +126,28 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
         for g in opt.param_groups:
             g["lr"] = learning_rate(epoch * steps + k, total, warmup, rt["lr"])
         with accel.autocast():
-            logits = model(x).float()
+            logits = net(x).float()
         loss = F.cross_entropy(logits, y, label_smoothing=rt["label_smoothing"])
-        if not torch.isfinite(loss):
+        (value,) = mean_over_ranks([loss.item()], ddp)  # the global batch's loss: every rank stops together
+        if not math.isfinite(value):
             raise FloatingPointError(f"non-finite loss at epoch {epoch} step {k}; lower retrain.lr")
         opt.zero_grad(set_to_none=True)
         if scaler is None:
-            loss.backward()
+            loss.backward()  # under DDP: gradients averaged over ranks
             opt.step()
         else:  # fp16: scaled loss; a step whose gradients overflowed is skipped
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
+        average_buffers(model, ddp.world)  # BN running statistics of every rank's shard (D30)
         if epoch == E - 1:
-            acc["loss_sum"], acc["loss_n"] = acc["loss_sum"] + loss.item(), acc["loss_n"] + 1
-        return {"loss": f"{loss.item():.3f}"}
+            acc["loss_sum"], acc["loss_n"] = acc["loss_sum"] + value, acc["loss_n"] + 1
+        return {"loss": f"{value:.3f}"}
 
-    bar = progress_bar(progress, total=total, initial=pos.epoch * steps + pos.step, desc=desc, unit="step")
+    bar = progress_bar(progress and ddp.main, total=total, initial=pos.epoch * steps + pos.step, desc=desc, unit="step")
     complete = run_epochs(pos, epochs=E, steps=steps,
-                          batches=lambda e, s: accel.batches(splits.train_batches(e, start_step=s)), step=step, end_epoch=lambda e: None, save=save, checkpoint_every=int(rt["checkpoint_every"]),
+                          batches=lambda e, s: accel.batches(splits.train_batches(e, start_step=s, rank=ddp.rank,
+                                                                                  world_size=ddp.world)),
+                          step=step, end_epoch=lambda e: None, save=save, checkpoint_every=int(rt["checkpoint_every"]),
                           stop_after=stop_after, bar=bar, start_epoch=start_epoch)
     return RetrainResult(complete, pos.epoch, pos.step, model, acc["seconds"], acc["loss_sum"], acc["loss_n"])

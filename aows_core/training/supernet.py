@@ -35,8 +35,7 @@ from ..config import data_spec, settings_hash, space_from_config, stage_settings
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
 from .accelerator import Accelerator, check_precision
-from .distributed import (AveragingOptimizer, Dist, broadcast_parameters, init_distributed, mean_metrics,
-                          update_unaries)
+from .distributed import Dist, average_buffers, data_parallel, mean_metrics, process_group, update_unaries
 from .loop import Position, progress_bar, run_epochs
 
 LOSS_DESCRIPTION = "hard-label CE(sampled configuration) - CE(max configuration), same sample and step, train-mode BN"
@@ -132,8 +131,8 @@ class _Run:
     spec: Any
     splits: Any
     model: Any
+    net: Any  # what the sandwich step trains through: the model, or its DistributedDataParallel wrapper
     opt: Any
-    step_opt: Any
     estimator: Any
     sampler: Any
     schedule: Any
@@ -201,7 +200,7 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
     E, W = int(sn["epochs"]), int(aw["warmup_epochs"])
     schedule = TemperatureSchedule(W, E) if method == "aows" else None
     spec = data_spec(config)
-    splits = load_splits(spec)
+    splits = load_splits(spec, pin_memory=ddp.device.type == "cuda")
     check_dataset(splits.info, space)
     steps = splits.steps_per_epoch
     R, B = int(sn["n_random"]), int(sn["batch_size"])
@@ -214,10 +213,9 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
     model = SlimmableMobileNetV1(space, channels_last=bool(sn["channels_last"])).to(accel.device)
     opt = torch.optim.SGD(model.parameters(), lr=sn["lr"], momentum=sn["momentum"], weight_decay=sn["weight_decay"],
                           nesterov=sn["momentum"] > 0)
-    step_opt = opt if ddp.world == 1 else AveragingOptimizer(opt, model, ddp.world)
     estimator = EpochUnaries(space) if method == "ows" else WindowUnaries(space, int(aw["window"]))
     return _Run(space=space, method=method, seed=seed, E=E, W=W, R=R, B=B, lo=lo, hi=hi, steps=steps, spec=spec,
-                splits=splits, model=model, opt=opt, step_opt=step_opt, estimator=estimator, sampler=sampler,
+                splits=splits, model=model, net=model, opt=opt, estimator=estimator, sampler=sampler,
                 schedule=schedule, run_id=run_id(config, method, device, target), ddp=ddp, accel=accel,
                 scaler=accel.grad_scaler(), label_smoothing=sn["label_smoothing"], unaries=sn["unaries"],
                 est=_estimation_settings(sn, aw, steps * B))
@@ -329,10 +327,11 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
         idx = uniform_layer_indices(space, R * B, rng)
     idx = idx.reshape(R, B, space.n_layers)[:, lo:hi]  # configurations of this rank's samples
     widths = widths_tensor(space, idx.reshape(-1, space.n_layers)).reshape(R, hi - lo, space.n_layers)
-    res = sandwich_step(run.model, x, y, widths, run.step_opt, R, label_smoothing=run.label_smoothing, step=step,
+    res = sandwich_step(run.net, x, y, widths, run.opt, R, label_smoothing=run.label_smoothing, step=step,
                         autocast=run.accel.autocast, scaler=run.scaler)
     update_unaries(run.estimator, idx, res.diffs(), ddp.world)
     if ddp.world > 1:
+        average_buffers(run.model, ddp.world)  # BN running statistics of every rank's shard (D30)
         res = mean_metrics(res, ddp)
     now = time.perf_counter()
     run.acc.add(res, len(y) * ddp.world, now - run.t_last, run.sampler.last if run.adaptive else None)
@@ -383,8 +382,7 @@ def train(config: Mapping[str, Any], out_dir: Path, resume_dir: Path, *, method:
         _restore(run, state)
     elif method == "aows":
         _warm_start(run, read_epoch_checkpoint(init_from, space, completed_epochs=run.W))
-    if ddp.world > 1:  # identical by construction; made certain
-        broadcast_parameters(run.model, ddp.world)
+    run.net = data_parallel(run.model, ddp)  # DDP broadcasts rank 0's parameters when built (identical by construction)
 
     def save() -> None:
         if ddp.main:
@@ -413,12 +411,6 @@ def train_supernet(config: Mapping[str, Any], out_dir: str | os.PathLike, resume
                    init_from: str | os.PathLike | None = None, progress: bool = True,
                    stop_after: int | None = None) -> SupernetResult:
     """Train an OWS or AOWS supernet (§5, §6) in this process's place of the data-parallel run."""
-    ddp = init_distributed(int(config["supernet"].get("processes", 1)), str(config["train"]["device"]))
-    try:
+    with process_group(int(config["supernet"].get("processes", 1)), str(config["train"]["device"])) as ddp:
         return train(config, Path(out_dir), Path(resume_dir), method=method, sampler=sampler, device=device,
                      target=target, init_from=init_from, progress=progress, stop_after=stop_after, ddp=ddp)
-    finally:
-        if ddp.owns_group:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()

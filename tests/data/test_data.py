@@ -271,6 +271,34 @@ def test_imagefolder_loads_and_shards(tmp_path):
     assert xt.shape == (6, 3, 8, 8)
 
 
+def _same(a, b) -> bool:
+    """Two lists of (x, y) batches hold the same tensors."""
+    return len(a) == len(b) and all(torch.equal(x1, x2) and torch.equal(y1, y2) for (x1, y1), (x2, y2) in zip(a, b))
+
+
+def test_imagefolder_workers_persist_prefetch_and_keep_every_batch(tmp_path):
+    """Worker processes (kept across epochs, prefetching) read the batches of the single-process loader, also
+    from a resumed step, on a rank's shard, and for a second stream read inside an unfinished one."""
+    image_folder(tmp_path, n_train=6)
+    spec = D.DataSpec(name="imagefolder", root=str(tmp_path), search_val=2, calibration=2, batch_size=4, image_size=8)
+    plain = D.load_splits(spec)
+    kept = D.load_splits(D.DataSpec(**{**spec.to_dict(), "num_workers": 2, "prefetch_factor": 1}))
+    epochs = {e: list(plain.train_batches(e)) for e in (0, 1)}
+    assert len(epochs[0]) == 4 and not _same(epochs[0], epochs[1])
+    for e in (0, 1):
+        assert _same(list(kept.train_batches(e)), epochs[e])
+    loader = kept._loaders[(0, 1)]
+    assert loader.persistent_workers and loader.prefetch_factor == 1 and not loader.pin_memory
+    assert _same(list(kept.train_batches(1, start_step=2)), epochs[1][2:])
+    assert kept._loaders[(0, 1)] is loader  # one loader, its workers kept
+    outer = kept.train_batches(0)
+    first = next(outer)
+    assert _same(list(kept.train_batches(0)), epochs[0])  # its own loader while `outer` is unfinished
+    assert _same([first, *outer], epochs[0])
+    assert _same([next(kept.train_batches(1, rank=1, world_size=2))],
+                 [(epochs[1][0][0][2:], epochs[1][0][1][2:])])
+
+
 def test_imagefolder_layout_errors(tmp_path):
     (tmp_path / "train" / "a").mkdir(parents=True)
     with pytest.raises(D.DataError, match=r"no val/ folder.*ImageNet layout expected"):

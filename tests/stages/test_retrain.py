@@ -113,8 +113,8 @@ def test_retraining_seeds_share_the_splits_but_not_the_batches(tmp_path, monkeyp
     decision = write_decision(cfg, tmp_path / "decision.parquet")
     real, seen = data.load_splits, {}
 
-    def spy(spec):
-        seen[spec.batch_seed] = real(spec)
+    def spy(spec, **kw):
+        seen[spec.batch_seed] = real(spec, **kw)
         return seen[spec.batch_seed]
 
     monkeypatch.setattr(data, "load_splits", spy)

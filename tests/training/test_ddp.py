@@ -1,4 +1,5 @@
-"""Data-parallel supernet training (gloo, 2 CPU processes): unary reduction, gradient averaging, torchrun launch."""
+"""Data-parallel training (gloo, 2 CPU processes): unary reduction, DistributedDataParallel against a manual
+flat all-reduce in the sandwich step, data-parallel retraining against one process, torchrun launches."""
 
 import pytest
 import json
@@ -13,16 +14,27 @@ import torch.nn.functional as F
 from torch import nn
 
 from aows_core import artifacts as io
-from aows_core.config import validate
-from aows_core.data import shard_bounds as _shard
+from aows_core.config import data_spec, net_key, space_from_config, validate
+from aows_core.data import load_splits, shard_bounds as _shard
+from aows_core.nets.mobilenet import MobileNetV1
+from aows_core.nets.slimmable import SlimmableMobileNetV1
 from aows_core.search.unaries import EpochUnaries, WindowUnaries
-from aows_core.training.distributed import AveragingOptimizer as _AveragingOptimizer
+from aows_core.training.accelerator import Accelerator
+from aows_core.training.distributed import Dist, average_buffers, data_parallel
 from aows_core.training.distributed import update_unaries as _update_unaries
 from stage_calls import train_supernet
 
 pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
 
 SIZES, R, B, STEPS, WINDOW = (3, 4, 2, 5), 2, 16, 12, 7
+
+TINY = {
+    "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},
+    "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
+    "supernet": {"epochs": 1, "batch_size": 32, "checkpoint_every": 3, "threads": 1},
+}
+RETRAIN = {"space": TINY["space"], "data": {"train_subset": 128, "search_val": 64, "calibration": 64},
+           "retrain": {"epochs": 1, "batch_size": 32, "threads": 1, "eval_batch_size": 2000}}
 
 
 def _stream():
@@ -43,18 +55,30 @@ def _estimators(rank: int, world: int) -> tuple[EpochUnaries, WindowUnaries]:
     return ep, win
 
 
-def _sgd_step(rank: int, world: int) -> nn.ModuleDict:
-    """One SGD step of a linear model (and a BN's running mean) on this rank's shard of a fixed batch."""
+class _LinearWithStats(nn.Module):
+    """A linear model whose (parameter-free) BatchNorm only gathers running statistics of the input."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.bn = nn.Linear(5, 3), nn.BatchNorm1d(5, affine=False)
+
+    def forward(self, x):
+        self.bn(x)
+        return self.lin(x)
+
+
+def _sgd_step(rank: int, world: int) -> _LinearWithStats:
+    """One SGD step of the model through DDP (world > 1) on this rank's shard of a fixed batch, buffers averaged."""
     torch.manual_seed(0)
-    net = nn.ModuleDict({"lin": nn.Linear(5, 3), "bn": nn.BatchNorm1d(5)})
+    net = _LinearWithStats()
     x, y = torch.randn(B, 5), torch.randn(B, 3)
     lo, hi = _shard(B, rank, world)
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-    step = opt if world == 1 else _AveragingOptimizer(opt, net, world)
-    step.zero_grad(set_to_none=True)
-    net["bn"](x[lo:hi])  # running statistics from this rank's samples
-    F.mse_loss(net["lin"](x[lo:hi]), y[lo:hi]).backward()
-    step.step()
+    wrapped = data_parallel(net, Dist(rank, world))  # kept alive: its reducer averages the gradients in backward
+    opt.zero_grad(set_to_none=True)
+    F.mse_loss(wrapped(x[lo:hi]), y[lo:hi]).backward()
+    opt.step()
+    average_buffers(net, world)
     return net
 
 
@@ -65,8 +89,7 @@ def _worker(rank: int, world: int, path: str) -> None:
         ep, win = _estimators(rank, world)
         net = _sgd_step(rank, world)
         np.savez(f"{path}/rank{rank}.npz", sums=ep.sums, n=ep.n, buf=win.buf, pos=win.pos, seen=win.seen,
-                 w=net["lin"].weight.detach().numpy(), b=net["lin"].bias.detach().numpy(),
-                 rm=net["bn"].running_mean.numpy())
+                 w=net.lin.weight.detach().numpy(), b=net.lin.bias.detach().numpy(), rm=net.bn.running_mean.numpy())
     finally:
         dist.destroy_process_group()
 
@@ -82,16 +105,9 @@ def test_two_ranks_hold_the_one_process_unaries_and_step(tmp_path):
         # window means: the gathered batch in rank order is the one-process sample order, exactly
         assert np.array_equal(r["buf"], win.buf) and np.array_equal(r["pos"], win.pos)
         assert np.array_equal(r["seen"], win.seen)
-        np.testing.assert_allclose(r["w"], net["lin"].weight.detach().numpy(), rtol=0, atol=1e-6)
-        np.testing.assert_allclose(r["b"], net["lin"].bias.detach().numpy(), rtol=0, atol=1e-6)
-        np.testing.assert_allclose(r["rm"], net["bn"].running_mean.numpy(), rtol=0, atol=1e-6)
-
-
-TINY = {
-    "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},
-    "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
-    "supernet": {"epochs": 1, "batch_size": 32, "checkpoint_every": 3, "threads": 1},
-}
+        np.testing.assert_allclose(r["w"], net.lin.weight.detach().numpy(), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(r["b"], net.lin.bias.detach().numpy(), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(r["rm"], net.bn.running_mean.numpy(), rtol=0, atol=1e-6)
 
 
 def test_train_supernet_with_two_processes_keeps_the_configuration_stream(tmp_path):
@@ -109,3 +125,181 @@ def test_train_supernet_with_two_processes_keeps_the_configuration_stream(tmp_pa
     assert meta["processes"] == 1 and meta2["processes"] == 2 and meta2["bn"].startswith("per-rank batch statistics")
     m = io.read_table(tmp_path / "two/metrics.parquet", "train_metrics")[0].to_pylist()
     assert [r["images"] for r in m] == [256] and np.isfinite(m[0]["loss_max"])
+
+
+# ------------------------------------------------------------- the sandwich step through DDP (docs/method.md D30)
+
+
+class _ManualAveraging:
+    """The reference DDP replaced: gradients and floating buffers averaged by one flat all-reduce before the step."""
+
+    def __init__(self, opt: torch.optim.Optimizer, model: nn.Module, world: int):
+        self.opt, self.model, self.world = opt, model, world
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.opt.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        ts = [p.grad for p in self.model.parameters() if p.grad is not None]
+        ts += [b for b in self.model.buffers() if b.is_floating_point()]
+        flat = torch.cat([t.reshape(-1) for t in ts])
+        dist.all_reduce(flat)
+        flat.div_(self.world)
+        off = 0
+        for t in ts:
+            t.copy_(flat[off : off + t.numel()].view(t.shape))
+            off += t.numel()
+        self.opt.step()
+
+
+def _sandwich_states(rank: int, world: int, steps: int = 3, batch: int = 8) -> dict[str, dict]:
+    """The supernet's state after `steps` sandwich steps on this rank's shards, through the manual reference and
+    through DistributedDataParallel (`data_parallel`, then `average_buffers`), from the same initialisation."""
+    from aows_core.nets.sandwich import sandwich_step
+    from aows_core.nets.slimmable import widths_tensor
+    from aows_core.search.sampler import uniform_layer_indices
+
+    space = space_from_config(validate(TINY))
+    lo, hi = _shard(batch, rank, world)
+    out = {}
+    for path in ("manual", "ddp"):
+        torch.manual_seed(0)
+        model = SlimmableMobileNetV1(space)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=4e-5)
+        net, step_opt = ((model, _ManualAveraging(opt, model, world)) if path == "manual"
+                         else (data_parallel(model, Dist(rank, world)), opt))
+        g, rng = torch.Generator().manual_seed(1), np.random.default_rng(2)
+        for _ in range(steps):
+            x, y = torch.randn(batch, 1, 28, 28, generator=g), torch.randint(0, 10, (batch,), generator=g)
+            idx = uniform_layer_indices(space, R * batch, rng).reshape(R, batch, space.n_layers)[:, lo:hi]
+            widths = widths_tensor(space, idx.reshape(-1, space.n_layers)).reshape(R, hi - lo, space.n_layers)
+            sandwich_step(net, x[lo:hi], y[lo:hi], widths, step_opt, R)
+            if path == "ddp":
+                average_buffers(model, world)
+        out[path] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return out
+
+
+def _sandwich_worker(rank: int, world: int, path: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous", rank=rank, world_size=world)
+    try:
+        torch.save(_sandwich_states(rank, world), f"{path}/sandwich{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_sandwich_steps_reach_the_manual_all_reduce_parameters(tmp_path):
+    mp.spawn(_sandwich_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"sandwich{r}.pt") for r in (0, 1)]
+    torch.manual_seed(0)
+    start = SlimmableMobileNetV1(space_from_config(validate(TINY))).state_dict()
+    for states in ranks:
+        manual, ddp = states["manual"], states["ddp"]
+        assert manual.keys() == ddp.keys()
+        for k in manual:
+            if manual[k].is_floating_point():
+                torch.testing.assert_close(ddp[k], manual[k], rtol=0, atol=1e-6, msg=k)
+            else:
+                assert torch.equal(ddp[k], manual[k]), k
+        assert any(not torch.equal(manual[k], start[k]) for k in start)  # the steps moved the weights
+    for k in ranks[0]["ddp"]:  # both ranks hold one model
+        assert torch.equal(ranks[0]["ddp"][k], ranks[1]["ddp"][k]), k
+
+
+# ---------------------------------------------------------------- data-parallel retraining (docs/method.md D30)
+
+
+class _FrozenBN(MobileNetV1):
+    """The fixed network with its BatchNorm statistics frozen (eval-mode BN while training), so that a rank's
+    shard is normalised as the whole global batch is: two processes then compute one process's step."""
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        for m in self.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.eval()
+        return self
+
+
+class _Recording:
+    """Splits that record the training batches a run reads."""
+
+    def __init__(self, splits):
+        self.splits, self.seen = splits, []
+
+    def __getattr__(self, name):
+        return getattr(self.splits, name)
+
+    def train_batches(self, *args, **kwargs):
+        for x, y in self.splits.train_batches(*args, **kwargs):
+            self.seen.append((x.clone(), y.clone()))
+            yield x, y
+
+
+def _retrain(rank: int, world: int, resume: str, stop_after: int | None = None):
+    """`train_network` of the min network (frozen BN) in this rank's place; the result and the batches it read."""
+    from aows_core.training.retrain import train_network
+
+    cfg = validate(RETRAIN)
+    space = space_from_config(cfg)
+    splits = _Recording(load_splits(data_spec(cfg, "retrain")))
+    res = train_network(cfg, space, space.min_config, splits, resume, Accelerator(torch.device("cpu"), "fp32"),
+                        progress=False, stop_after=stop_after, ddp=Dist(rank, world))
+    return res, splits.seen
+
+
+def _retrain_worker(rank: int, world: int, path: str) -> None:
+    """Uninterrupted, and stopped after 2 steps then resumed; the weights, final loss and batches of each."""
+    from aows_core.nets import mobilenet
+
+    mobilenet.MobileNetV1 = _FrozenBN  # this spawned process's copy of the module
+    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous", rank=rank, world_size=world)
+    try:
+        full, seen = _retrain(rank, world, f"{path}/resume_full")
+        _retrain(rank, world, f"{path}/resume_cut", stop_after=2)
+        dist.barrier()  # rank 0 has written the checkpoint
+        cut, _ = _retrain(rank, world, f"{path}/resume_cut")
+        torch.save({"full": full.model.state_dict(), "cut": cut.model.state_dict(), "loss": full.final_train_loss,
+                    "x": [x for x, _ in seen], "y": [y for _, y in seen]}, f"{path}/retrain{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_process_retraining_sees_the_global_batches_and_reaches_the_one_process_weights(tmp_path, monkeypatch):
+    from aows_core.nets import mobilenet
+
+    mp.spawn(_retrain_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
+    monkeypatch.setattr(mobilenet, "MobileNetV1", _FrozenBN)
+    one, seen = _retrain(0, 1, str(tmp_path / "resume_one"))
+    ranks = [torch.load(tmp_path / f"retrain{r}.pt") for r in (0, 1)]
+    assert len(seen) == 4 and all(len(r["y"]) == 4 for r in ranks)  # 128 images, batches of 32
+    for k, (x, y) in enumerate(seen):  # each rank read its half of every global batch
+        assert torch.equal(torch.cat([r["x"][k] for r in ranks]), x)
+        assert torch.equal(torch.cat([r["y"][k] for r in ranks]), y)
+    space = space_from_config(validate(RETRAIN))
+    torch.manual_seed(0)  # train_network's initialisation (the config's seed)
+    start = MobileNetV1(space, space.min_config).state_dict()
+    ref = one.model.state_dict()
+    assert any(not torch.equal(ref[k], start[k]) for k in start)  # the steps moved the weights
+    for r in ranks:
+        for k, v in ref.items():
+            if v.is_floating_point():
+                torch.testing.assert_close(r["full"][k], v, rtol=0, atol=1e-5, msg=k)
+            assert torch.equal(r["cut"][k], r["full"][k]), k  # exact resume with two processes
+            assert torch.equal(r["full"][k], ranks[0]["full"][k]), k
+        assert r["loss"] == pytest.approx(one.final_train_loss, abs=1e-5)
+
+
+def test_aows_retrain_with_two_processes_relaunches_under_torchrun_and_evaluates_every_test_image(tmp_path):
+    two = {**RETRAIN, "retrain": {**RETRAIN["retrain"], "processes": 2}}
+    space = space_from_config(validate(two))
+    base = [sys.executable, "-m", "aows_core.cli", "retrain", "--config-json", json.dumps(two), "--channels",
+            net_key(space.min_config), "--out-dir", str(tmp_path / "two"), "--resume-dir", str(tmp_path / "r2"), "--quiet"]
+    subprocess.run(base + ["--stop-after", "2"], check=True, timeout=300)
+    assert not (tmp_path / "two/result.parquet").exists() and (tmp_path / "r2/checkpoint.pt").exists()
+    subprocess.run(base, check=True, timeout=300)
+    table, meta = io.read_table(tmp_path / "two/result.parquet", "retrain")
+    (row,) = table.to_pylist()
+    assert row["test_n"] == 10_000 and 0 <= row["test_correct"] <= row["test_n"]  # Fashion-MNIST's test split, once
+    assert meta["processes"] == 2 and meta["bn"].startswith("per-rank batch statistics")
+    assert not (tmp_path / "r2/checkpoint.pt").exists()

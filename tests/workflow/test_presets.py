@@ -146,7 +146,8 @@ def test_preset_dry_runs_without_data_or_devices(path, tmp_path):
 def test_cluster_profiles_give_every_job_its_resources(profile, tmp_path):
     """Dry run of the paper preset (cpu, cuda and flops devices) through a cluster profile."""
     (tmp_path / "config.yaml").write_text((ROOT / "configs" / "imagenet_paper.yaml").read_text())
-    processes = aows_config.load(tmp_path / "config.yaml")["supernet"]["processes"]
+    preset = aows_config.load(tmp_path / "config.yaml")
+    processes, retrain_processes = preset["supernet"]["processes"], preset["retrain"]["processes"]
     r = smk(tmp_path, "-n", "--profile", str(PROFILES / profile), "all", "retrained")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     settings = yaml.safe_load((PROFILES / profile / "config.yaml").read_text())
@@ -160,13 +161,15 @@ def test_cluster_profiles_give_every_job_its_resources(profile, tmp_path):
     assert {"profile", "measure", "train_ows", "train_aows", "greedy_trajectory", "decode", "retrain"} <= rules
     # retrain_net jobs are known once the decisions exist (checkpoints), so a dry run shows none: the profile's
     assert needed <= set(settings["set-resources"]["retrain_net"]) | set(settings["default-resources"])
-    assert str(settings["set-resources"]["retrain_net"]["gpu"]) == "1"
+    assert str(settings["set-resources"]["retrain_net"]["gpu"]) == str(retrain_processes)  # one GPU per process
     for rule, wildcards, res, _ in jobs:
         assert needed <= set(res), (rule, needed - set(res))
         if rule in ("train_ows", "train_aows"):  # one GPU per data-parallel process
             assert res["gpu"] == str(processes), rule
-        if rule in ("greedy_trajectory", "retrain_net", "proxy"):  # the training stages' GPU (D29)
+        if rule in ("greedy_trajectory", "proxy"):  # the training stages' GPU (D29)
             assert res["gpu"] == "1", rule
+        if rule == "retrain_net":  # one GPU per data-parallel process (D30)
+            assert res["gpu"] == str(retrain_processes), rule
         if rule in ("profile", "measure"):  # timing: on the modelled hardware, alone on the node
             assert res["gpu"] == ("1" if "device=cuda" in wildcards else "0"), (rule, wildcards)
             if profile == "slurm":
