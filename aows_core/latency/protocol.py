@@ -86,17 +86,24 @@ def profile_plan(space: SearchSpace, configs: Any, protocol: Mapping[str, Any], 
             key = rng.uniform(pos_of[k] + gap, n) - 0.5  # strictly after pos + gap - 0.5
             keyed.append((float(key), Job(-1, "retest", ids[k], chans[k], sets[k])))
     keyed.sort(key=lambda kj: kj[0])
-    jobs: list[Job] = []
-    ref = tuple(reference_config(space))
-    every = protocol["reference_every"]
     interleave = not analytic and protocol["pairing"] == "interpolated"  # paired jobs carry their own reference
-    for i, (_, j) in enumerate(keyed):
-        if interleave and i % every == 0:
-            jobs.append(Job(len(jobs), "reference", -1, ref, None))
-        jobs.append(Job(len(jobs), j.role, j.config_id, j.channels, j.set))
-    if interleave:
-        jobs.append(Job(len(jobs), "reference", -1, ref, None))
-    return jobs
+    return number_jobs([(j.role, j.config_id, j.channels, j.set) for _, j in keyed], 0, protocol,
+                       reference_config(space), interleave)
+
+
+def number_jobs(items: Sequence[tuple[str, int, Sequence[int], str | None]], first: int, protocol: Mapping[str, Any],
+                reference: Sequence[int], interleave: bool) -> list[Job]:
+    """Jobs numbered from `first` for (role, config_id, channels, set) items; when interpolating, the reference
+    every `reference_every` jobs and at the end."""
+    out: list[Job] = []
+    ref = tuple(int(c) for c in reference)
+    for i, (role, cid, ch, st) in enumerate(items):
+        if interleave and i % protocol["reference_every"] == 0:
+            out.append(Job(first + len(out), "reference", -1, ref, None))
+        out.append(Job(first + len(out), role, cid, tuple(ch), st))
+    if interleave and items:
+        out.append(Job(first + len(out), "reference", -1, ref, None))
+    return out
 
 
 def plan_hash(jobs: list[Job], protocol: Mapping, fingerprint: Mapping, space: SearchSpace) -> str:

@@ -78,22 +78,6 @@ class _Session:
         return merge_retimed(plain, [dict(r) for r in rows if r["role"] == "retime"])
 
 
-def _jobs(items: Sequence[tuple[str, int, tuple[int, ...], str | None]], first: int, protocol: Mapping[str, Any],
-          reference: Sequence[int], interleave: bool) -> list:
-    """Jobs numbered from `first` for (role, config_id, channels, set) items; the reference every `reference_every`
-    jobs and at the end when interpolating."""
-    from ..latency.protocol import Job
-
-    out: list = []
-    for i, (role, cid, ch, st) in enumerate(items):
-        if interleave and i % protocol["reference_every"] == 0:
-            out.append(Job(first + len(out), "reference", -1, tuple(reference), None))
-        out.append(Job(first + len(out), role, cid, tuple(ch), st))
-    if interleave and items:
-        out.append(Job(first + len(out), "reference", -1, tuple(reference), None))
-    return out
-
-
 def profile_session(
     space: SearchSpace,
     device_name: str,
@@ -114,8 +98,8 @@ def profile_session(
     `targets`. Resumable at any job; writes the latency artifact."""
     from .. import artifacts
     from ..devices import get_device
-    from ..latency.protocol import (Job, correct, disturbed, noise_gate, plan_hash, profile_plan, reference_config,
-                                    reference_instability, retest_noise)
+    from ..latency.protocol import (Job, correct, disturbed, noise_gate, number_jobs, plan_hash, profile_plan,
+                                    reference_config, reference_instability, retest_noise)
     from ..latency.rounds import next_round, round_error, stop_reason
 
     configs, cmeta = artifacts.read_configs(configs_path, space)
@@ -168,7 +152,7 @@ def profile_session(
             new = next_round(space, timed, protocol["round_coverage"], seed, k)
             items = [("sample", next_id + i, tuple(space.channels_of(c)), "train") for i, c in enumerate(new)]
             next_id += len(items)
-            todo = _jobs(items, len(sess.jobs), protocol, ref, pairing == "interpolated")
+            todo = number_jobs(items, len(sess.jobs), protocol, ref, pairing == "interpolated")
             round_of.update({j.job: k for j in todo})
             complete = sess.run(todo)
     finally:
