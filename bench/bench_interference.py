@@ -22,13 +22,13 @@ import multiprocessing as mp
 import os
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from aows_core.config import validate
-from aows_core.stages import fit_lut, sample, validate_lut
-from aows_core.stages.profile import run as profile
+from aows_core.stages import sample
+from latency_session import bench_config, latency_session
 
 
 def _load(core: int, seed: int, stop) -> None:
@@ -47,30 +47,26 @@ def _load(core: int, seed: int, stop) -> None:
         stop.wait(rng.uniform(1, 5))
 
 
+@contextmanager
+def background_load(core: int, seed: int = 7):
+    """`_load` in a daemon process for the duration of the block, stopped (or terminated) at its end."""
+    stop = mp.Event()
+    proc = mp.Process(target=_load, args=(core, seed, stop), daemon=True)
+    proc.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        proc.join(10)
+        if proc.is_alive():
+            proc.terminate()
+
+
 def session(cfg: dict, device: str, pairing: str, loaded: bool, d: Path, core: int) -> dict:
     """One profile → fit → validate session; returns its figures."""
     cfg = {**cfg, "profiling": {**cfg["profiling"], "pairing": pairing}}
     name = f"{pairing}_{'loaded' if loaded else 'quiet'}"
-    stop = mp.Event()
-    proc = mp.Process(target=_load, args=(core, 7, stop), daemon=True) if loaded else None
-    if proc is not None:
-        proc.start()
-    t0 = time.perf_counter()
-    try:
-        res = profile(cfg, {"configs": d / "configs.parquet"}, {"out": d / f"{name}.parquet"}, device=device,
-                      resume_dir=d / f"resume_{name}", progress=False)
-    finally:
-        if proc is not None:
-            stop.set()
-            proc.join(10)
-            if proc.is_alive():
-                proc.terminate()
-    wall = time.perf_counter() - t0
-    fit_lut.run(cfg, {"latency": d / f"{name}.parquet"},
-                {"out": d / f"{name}_lut.parquet", "report": d / f"{name}_fit.parquet"}, device=device)
-    v = validate_lut.run(cfg, {"latency": d / f"{name}.parquet", "lut": d / f"{name}_lut.parquet"},
-                         {"out": d / f"{name}_val.parquet", "predictions": d / f"{name}_pred.parquet",
-                          "plot": d / f"{name}_val.pdf"}, device=device)
+    res, v, wall = latency_session(cfg, device, name, d, background_load(core) if loaded else None)
     return {"pairing": pairing, "load": "loaded" if loaded else "quiet", "sigma_n": res["sigma_n"],
             "retest_within_10pct": res["retest_within_10pct"], "reference_instability": res["reference_instability"],
             "nrmse": v["lut"]["nrmse"], "within_10pct": v["lut"]["within_10pct"], "kendall_tau": v["lut"]["kendall_tau"],
@@ -88,11 +84,7 @@ def main() -> None:
                     help="profiling rounds (D28); 1 compares the protocols on the same networks")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = ap.parse_args()
-    raw: dict = {"profiling": {"max_rounds": args.max_rounds}}
-    if args.quick:
-        raw = {"space": {"width_mult": 0.25, "n_choices": 3}, "sampling": {"coverage": 2, "lambda_val": 10, "test": 20},
-               "profiling": {"repeats": 5, "retest": 8, "min_time_ms": 5, "max_rounds": args.max_rounds}}
-    cfg = validate(raw)
+    cfg = bench_config(args.quick, args.max_rounds)
     rows = []
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)

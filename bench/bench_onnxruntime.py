@@ -13,29 +13,19 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 from aows_core import artifacts as io
-from aows_core.config import validate
-from aows_core.stages import fit_lut, sample, validate_lut
-from aows_core.stages.profile import run as profile
+from aows_core.stages import sample
+from latency_session import bench_config, latency_session
 
 
 def session(cfg: dict, level: str, d: Path) -> dict:
     """One profile → fit → validate session with `graph_optimization: level`."""
     cfg = {**cfg, "devices": {"ort": {**cfg["devices"]["onnxruntime"], "graph_optimization": level}}}
-    t0 = time.perf_counter()
-    res = profile(cfg, {"configs": d / "configs.parquet"}, {"out": d / f"{level}.parquet"}, device="ort",
-                  resume_dir=d / f"resume_{level}", progress=False)
-    wall = time.perf_counter() - t0
-    fit_lut.run(cfg, {"latency": d / f"{level}.parquet"},
-                {"out": d / f"{level}_lut.parquet", "report": d / f"{level}_fit.parquet"}, device="ort")
-    v = validate_lut.run(cfg, {"latency": d / f"{level}.parquet", "lut": d / f"{level}_lut.parquet"},
-                         {"out": d / f"{level}_val.parquet", "predictions": d / f"{level}_pred.parquet",
-                          "plot": d / f"{level}_val.pdf"}, device="ort")
+    res, v, wall = latency_session(cfg, "ort", level, d)
     pred = io.read_table(d / f"{level}_pred.parquet", "lut_predictions")[0]
     meas, p = pred.column("measured_ms").to_numpy(), pred.column("predicted_ms").to_numpy()
     rel = p / meas - 1
@@ -52,11 +42,7 @@ def main() -> None:
     ap.add_argument("--max-rounds", type=int, default=1, help="profiling rounds (D28); 1: the same networks for each level")
     ap.add_argument("--quick", action="store_true", help="a small space and few networks: checks that it runs")
     args = ap.parse_args()
-    raw: dict = {"profiling": {"max_rounds": args.max_rounds}}
-    if args.quick:
-        raw = {"space": {"width_mult": 0.25, "n_choices": 3}, "sampling": {"coverage": 2, "lambda_val": 10, "test": 20},
-               "profiling": {"repeats": 5, "retest": 8, "min_time_ms": 5, "max_rounds": args.max_rounds}}
-    cfg = validate(raw)
+    cfg = bench_config(args.quick, args.max_rounds)
     rows = []
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)

@@ -1,0 +1,38 @@
+"""Shared by the latency benchmarks: the benchmark config and one profile → fit-lut → validate-lut session."""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, ContextManager
+
+from aows_core.config import validate
+from aows_core.stages import fit_lut, validate_lut
+from aows_core.stages.profile import run as profile
+
+
+def bench_config(quick: bool, max_rounds: int) -> dict:
+    """The default config (or, `quick`, a small space and few networks) with `max_rounds` profiling rounds."""
+    raw: dict = {"profiling": {"max_rounds": max_rounds}}
+    if quick:
+        raw = {"space": {"width_mult": 0.25, "n_choices": 3}, "sampling": {"coverage": 2, "lambda_val": 10, "test": 20},
+               "profiling": {"repeats": 5, "retest": 8, "min_time_ms": 5, "max_rounds": max_rounds}}
+    return validate(raw)
+
+
+def latency_session(cfg: dict, device: str, name: str, d: Path,
+                    during: ContextManager | None = None) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """Profile d/configs.parquet on `device` (inside `during`, e.g. a background load), fit and validate the LUT;
+    returns (profile result, validation result, profiling wall seconds). Files are d/{name}*.parquet."""
+    t0 = time.perf_counter()
+    with during or nullcontext():
+        res = profile(cfg, {"configs": d / "configs.parquet"}, {"out": d / f"{name}.parquet"}, device=device,
+                      resume_dir=d / f"resume_{name}", progress=False)
+    wall = time.perf_counter() - t0
+    fit_lut.run(cfg, {"latency": d / f"{name}.parquet"},
+                {"out": d / f"{name}_lut.parquet", "report": d / f"{name}_fit.parquet"}, device=device)
+    v = validate_lut.run(cfg, {"latency": d / f"{name}.parquet", "lut": d / f"{name}_lut.parquet"},
+                         {"out": d / f"{name}_val.parquet", "predictions": d / f"{name}_pred.parquet",
+                          "plot": d / f"{name}_val.pdf"}, device=device)
+    return res, v, wall
