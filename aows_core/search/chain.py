@@ -563,12 +563,15 @@ class Chain:
 
     # ---- relaxed min-sum (§6) ---------------------------------------------------------------
     def marginals(self, gamma: float, temperature: float) -> "Marginals":
-        """Relaxed min-sum (§6, corrected as in D17): Gibbs marginals of exp(−E_γ/T), log-domain."""
+        """Relaxed min-sum (§6, corrected as in D17): Gibbs marginals of exp(−E_γ/T), log-domain.
+
+        Any finite γ: a negative γ (a target met from above, D31) tilts the distribution toward slower paths.
+        """
         T, gamma = float(temperature), float(gamma)
         if not (T > 0 and np.isfinite(T)):
             raise ValueError(f"temperature must be finite and > 0, got {temperature}")
-        if not (gamma >= 0 and np.isfinite(gamma)):
-            raise ValueError(f"gamma must be finite and ≥ 0, got {gamma}")
+        if not np.isfinite(gamma):
+            raise ValueError(f"gamma must be finite, got {gamma}")
         n, K = self.n_nodes, self.K
         a = self._U * (-1.0 / T)  # −δ/T, −inf on forbidden / padded choices
         W = self._Lp * (-gamma / T)  # −γL/T

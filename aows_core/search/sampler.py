@@ -4,7 +4,10 @@ After the uniform warm-up, each iteration samples the batch's configurations fro
 (§6) of E_γ(c) = Σ_i δ_i(c_i) + γ Σ_i L_i(c_i, c_{i+1}) (eq. viterbi), with γ the Lagrange multiplier
 of the constrained decode (eq. lagrange) at the current unaries and target, and T annealed per
 iteration: log-linear through (u, T) = (0, 1), (1/15, 1e-2), (1/3, 1e-3), (1, 5e-4), u = (epochs
-elapsed − W) / (E − W) (supplementary B; docs/method.md D19). T applies to E/s: with scale "auto",
+elapsed − W) / (E − W) (supplementary B; docs/method.md D19). A target that does not bind (γ = 0: the unconstrained optimum is
+faster than the target) is, by default, met from above instead: γ < 0 is the multiplier of
+min Σδ s.t. ΣL ≥ L_T, so sampling stays centred on the target's latency (`unbound="target"`, D31);
+`unbound="optimum"` samples around the unconstrained optimum as §6 reads literally. T applies to E/s: with scale "auto",
 s is calibrated so that T = 1 gives nearly uniform marginals (mean normalised entropy
 UNIFORM_ENTROPY), the paper's starting point, whatever the unaries' units (`calibrate_scale`, D18).
 Sampling "per_node" (default) or "joint" (D20). The uniform samplers of the warm-up and of OWS are
@@ -19,12 +22,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..space import SearchSpace, pad_nodes
-from .chain import Chain, InfeasibleTarget, Marginals, apply_unvisited, latency_chain
+from .chain import Chain, DecodeResult, InfeasibleTarget, Marginals, apply_unvisited, latency_chain
 from .targets import lut_tables
 
 # (u, T) anchors of supplementary B, u = (epochs elapsed − W) / (E − W).
 ANCHORS: tuple[tuple[float, float], ...] = ((0.0, 1.0), (1.0 / 15.0, 1e-2), (1.0 / 3.0, 1e-3), (1.0, 5e-4))
 MODES = ("per_node", "joint")
+# Where a target that does not bind centres the sampling (D31).
+UNBOUND = ("target", "optimum")
 # Mean normalised marginal entropy at T = 1 under the "auto" scale (D18): nearly uniform, as in §6.
 UNIFORM_ENTROPY = 0.9
 
@@ -100,6 +105,23 @@ def calibrate_scale(chain: Chain, gamma: float, entropy: float = UNIFORM_ENTROPY
     return math.exp(0.5 * (lo + hi))
 
 
+def sampling_gamma(chain: Chain, decoded: DecodeResult, unbound: str = "target") -> tuple[float, bool]:
+    """(γ to sample at, whether the target binds) from the constrained decode of the target (D21, D31).
+
+    A binding target samples at its dual optimum γ* ≥ 0 (§6). A target that does not bind (γ* = 0, the
+    unconstrained optimum faster than the target) samples, with unbound="target", at γ = −γ' where γ' ≥ 0 is
+    the dual optimum of min Σδ s.t. ΣL ≥ L_T (the same breakpoint search on the chain with −L): the
+    Lagrangian optimum then sits at the target's latency from the slow side, so the run specialises to the
+    target rather than reinforcing whichever fast path it samples. unbound="optimum" keeps γ = 0.
+    """
+    if decoded.method != "unconstrained" or decoded.latency >= decoded.target - chain.ftol:
+        return float(decoded.gamma), True
+    if unbound == "optimum" or decoded.target >= chain.latency(chain.max_latency()) - chain.ftol:
+        return 0.0, False  # (every network meets a target at or above the slowest one: nothing to centre on)
+    slow_side = Chain(chain.unaries, [-t for t in chain.latency_tables])
+    return -float(slow_side.decode(-decoded.target).gamma), False
+
+
 def _resolve_nodes(space: SearchSpace, unaries) -> list[np.ndarray]:
     """Node unaries (n+1 arrays) from an estimator (`node_unaries()`), per-node or per-layer arrays."""
     if hasattr(unaries, "node_unaries"):
@@ -123,11 +145,13 @@ class AOWSSampler:
     1. resolves unvisited widths (NaN δ) with `policy` (chain.apply_unvisited; default "pessimistic",
        so a width that has not been seen stays reachable, unlike "exclude");
     2. every `refresh` calls (the first included): γ ← `Chain.decode(target).gamma` at the current
-       unaries, and with scale="auto" s ← `calibrate_scale` at that γ;
+       unaries — where that is 0 (the target does not bind) and `unbound` is "target", γ ← −(the
+       multiplier of min Σδ s.t. ΣL ≥ target) (`sampling_gamma`, D31) — and with scale="auto"
+       s ← `calibrate_scale` at that γ;
     3. marginals of exp(−E_γ/(T·s)) by the relaxed min-sum (`Chain.marginals(γ, T·s)`);
     4. draws `size` configurations, "per_node" (default) or "joint".
-    `last` records step, γ, T, s, T·s, mode, whether γ was refreshed, the decoded path's latency and
-    objective, the marginals' mean normalised entropy and the mean LUT latency of the drawn
+    `last` records step, γ, T, s, T·s, mode, whether γ was refreshed, whether the target binds, the
+    decoded path's latency and objective, the marginals' mean normalised entropy and the mean LUT latency of the drawn
     configurations; `state_dict()` holds what a resume needs (step, γ, s, the draws' seed).
     """
 
@@ -141,9 +165,12 @@ class AOWSSampler:
         scale: str | float = "auto",
         refresh: int = 1,
         seed: int = 0,
+        unbound: str = "target",
     ):
         if mode not in MODES:
             raise ValueError(f"unknown sampling mode {mode!r}; valid: {list(MODES)}")
+        if unbound not in UNBOUND:
+            raise ValueError(f"unknown unbound-target rule {unbound!r}; valid: {list(UNBOUND)}")
         if not (scale == "auto" or (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0)):
             raise ValueError(f"scale must be 'auto' or a positive number, got {scale!r}")
         if int(refresh) < 1:
@@ -157,10 +184,12 @@ class AOWSSampler:
         self.scale = scale
         self.refresh = int(refresh)
         self.seed = int(seed)
+        self.unbound = unbound
         # Fail early on a target below the fastest configuration (D14).
         latency_chain(self.latency)._check_target(self.target)
         self.step = 0
         self.gamma: float | None = None
+        self.binding = True
         self.s: float | None = None if scale == "auto" else float(scale)
         self.last: dict[str, Any] = {}
 
@@ -179,7 +208,7 @@ class AOWSSampler:
         info: dict[str, Any] = {}
         if refreshed:
             res = ch.decode(self.target)
-            self.gamma = float(res.gamma)
+            self.gamma, self.binding = sampling_gamma(ch, res, self.unbound)
             info = {"decoded_latency": float(res.latency), "decoded_objective": float(res.objective)}
             self._decoded = res.path
             if self.scale == "auto":
@@ -193,6 +222,7 @@ class AOWSSampler:
             "effective_temperature": T * self.s,
             "mode": self.mode,
             "refreshed": bool(refreshed),
+            "binding": self.binding,
             "entropy": mg.mean_entropy(),
             **info,
         }
@@ -212,16 +242,18 @@ class AOWSSampler:
         return getattr(self, "_decoded", None)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "gamma": self.gamma, "s": self.s, "seed": self.seed,
-                "refresh": self.refresh, "mode": self.mode, "policy": self.policy, "target": self.target}
+        return {"step": self.step, "gamma": self.gamma, "s": self.s, "seed": self.seed, "binding": self.binding,
+                "refresh": self.refresh, "mode": self.mode, "policy": self.policy, "target": self.target,
+                "unbound": self.unbound}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for k in ("seed", "refresh", "mode", "policy", "target"):
+        for k in ("seed", "refresh", "mode", "policy", "target", "unbound"):
             if k in state and state[k] != getattr(self, k):
                 raise ValueError(f"sampler state has {k}={state[k]!r}, this sampler {getattr(self, k)!r}")
         self.step = int(state["step"])
         self.gamma = None if state["gamma"] is None else float(state["gamma"])
         self.s = None if state["s"] is None else float(state["s"])
+        self.binding = bool(state.get("binding", True))
 
 
 def uniform_layer_indices(space: SearchSpace, size: int, rng: np.random.Generator) -> np.ndarray:

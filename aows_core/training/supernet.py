@@ -60,7 +60,8 @@ def make_sampler(space: SearchSpace, config: Mapping[str, Any], x: np.ndarray, t
     aw = config["aows"]
     refresh = int(aw["refresh"]) if config["supernet"]["unaries"] == "frozen" else 1
     return AOWSSampler(space, x, target_value, policy=aw["unvisited"], mode=aw["sampling"],
-                       scale=aw["temperature_scale"], refresh=refresh, seed=int(config["seed"]))
+                       scale=aw["temperature_scale"], refresh=refresh, seed=int(config["seed"]),
+                       unbound=aw["unbound"])
 
 
 class EpochAccumulator:
@@ -88,7 +89,7 @@ class EpochAccumulator:
             self.adaptive_steps += 1
             self.entropy += sampler_last["entropy"]
             self.sampled_latency += sampler_last["sampled_latency"]
-            self.gamma_zero += int(sampler_last["gamma"] == 0.0)
+            self.gamma_zero += int(not sampler_last["binding"])
 
     def state(self) -> dict:
         return {"steps": self.steps, "images": self.images, "seconds": self.seconds, "loss_max": self.loss_max,

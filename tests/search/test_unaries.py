@@ -7,7 +7,7 @@ from aows_core import artifacts as io
 from aows_core.artifacts import read_unaries
 from aows_core.devices.flops import variable_macs
 from aows_core.search.chain import Chain, InfeasibleTarget
-from aows_core.search.sampler import (UNIFORM_ENTROPY, AOWSSampler, TemperatureSchedule, calibrate_scale,
+from aows_core.search.sampler import (UNIFORM_ENTROPY, AOWSSampler, TemperatureSchedule, calibrate_scale, sampling_gamma,
                                      temperature_at)
 from aows_core.search.targets import latency_range, lut_tables
 from aows_core.search.unaries import EpochUnaries, WindowUnaries, all_gather_update, fit_additive, width_signal
@@ -233,11 +233,83 @@ def test_low_temperature_concentrates_on_the_lagrangian_minimiser(setting, mode)
         assert hit.mean() >= 0.99
     else:
         assert (((out == lows) | (out == highs)).mean(0) >= 0.99).all()
-    # with a target above the unconstrained optimum γ = 0 and the minimiser is unique here
+    # with a target at the slowest network every network meets it: γ = 0 and the minimiser is unique here
     smp0 = AOWSSampler(space, x, hi, mode=mode)
     out0 = smp0.sample(delta, 1e-4, 2000, rng)
     assert smp0.last["gamma"] == 0.0
     assert ((out0 == smp0.decoded_path).all(1)).mean() >= 0.99
+
+
+def _brute(chain):
+    """Every path of a small chain with its Σδ and latency."""
+    import itertools
+    paths = np.array(list(itertools.product(*[range(k) for k in chain.counts])))
+    return paths, chain.objective(paths), chain.latency(paths)
+
+
+@pytest.fixture
+def slack_chain():
+    """A small chain whose unconstrained optimum is neither the fastest nor the slowest path."""
+    rng = np.random.default_rng(11)
+    k = [1, 3, 3, 3, 3, 3, 1]
+    lat = [rng.uniform(0.5, 1.5) * np.add.outer(np.arange(a) + 1.0, np.arange(b) + 1.0) for a, b in zip(k, k[1:])]
+    u = [np.zeros(1)] + [rng.normal(0, 0.3, 3) + np.array([0.4, 0.0, 0.3]) for _ in range(5)] + [np.zeros(1)]
+    ch = Chain(u, lat)
+    paths, D, L = _brute(ch)
+    top = ch.unconstrained()
+    assert L.min() < ch.latency(top) < L.max()
+    return ch, paths, D, L
+
+
+def test_sampling_gamma_meets_a_slack_target_from_the_slow_side(slack_chain):
+    """D31: a target above the unconstrained optimum samples at γ = −γ', γ' the exact dual optimum of
+    min Σδ s.t. L ≥ T (checked against brute force), whose Lagrangian minimisers bracket the target."""
+    ch, paths, D, L = slack_chain
+    L_top = ch.latency(ch.unconstrained())
+    for T in np.linspace(L_top + 0.2, L.max() - 0.2, 5):
+        res = ch.decode(T)
+        assert res.gamma == 0.0 and res.method == "unconstrained"
+        g, binding = sampling_gamma(ch, res)
+        assert not binding and g < 0
+        dual = lambda gp: float(np.min(D - gp * (L - T)))  # noqa: E731 - the slow side's dual function
+        grid = np.linspace(0, 4 * -g + 1, 2001)
+        assert dual(-g) >= max(dual(v) for v in grid) - 1e-9
+        E = D + g * L  # the Lagrangian at γ < 0: its minimisers bracket the target
+        tied = np.abs(E - E.min()) <= 1e-9
+        assert L[tied].max() >= T - 1e-9 and L[tied].min() <= T + 1e-9
+        assert sampling_gamma(ch, res, "optimum") == (0.0, False)
+    # a binding target keeps the paper's γ* ≥ 0
+    T = 0.5 * (L.min() + L_top)
+    res = ch.decode(T)
+    assert sampling_gamma(ch, res) == (res.gamma, True) and res.gamma > 0
+    # a target at or above the slowest path: nothing to centre on
+    assert sampling_gamma(ch, ch.decode(L.max() + 1.0)) == (0.0, False)
+
+
+def test_slack_target_sampling_centres_on_the_target(setting):
+    """D31 regression (the former default's `range:0.4` run sampled a 1.6 ms path for a 2.04 ms target, γ = 0
+    throughout): with unaries that prefer a middle width, low-temperature samples sit at the target's latency
+    under unbound="target", at the faster unconstrained optimum under "optimum"."""
+    space, x, lo, hi, _ = setting
+    delta = [np.array([0.3, 0.0, 0.2])[: len(c)] for c in space.layer_choices]
+    ch0 = AOWSSampler(space, x, hi).chain(delta)
+    L_top = ch0.latency(ch0.unconstrained())
+    target = L_top + 0.5 * (hi - L_top)
+    rng = np.random.default_rng(12)
+    centred = AOWSSampler(space, x, target, scale=1.0)
+    out = centred.sample(delta, 1e-3, 500, rng)
+    assert centred.last["binding"] is False and centred.gamma < 0
+    lat = ch0.latency(out)
+    assert abs(lat.mean() / target - 1) < 0.15
+    literal = AOWSSampler(space, x, target, scale=1.0, unbound="optimum")
+    lat0 = ch0.latency(literal.sample(delta, 1e-3, 500, rng))
+    assert literal.gamma == 0.0 and abs(lat0.mean() / L_top - 1) < 0.02
+    assert literal.state_dict()["unbound"] == "optimum"
+    with pytest.raises(ValueError, match="unbound"):
+        AOWSSampler(space, x, target, unbound="paper")
+    other = AOWSSampler(space, x, target)
+    with pytest.raises(ValueError, match="unbound"):
+        other.load_state_dict(literal.state_dict())
 
 
 def test_marginals_are_the_chain_marginals_at_t_times_s_and_uniform_at_high_t(setting):
