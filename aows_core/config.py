@@ -264,6 +264,19 @@ def stage_settings(config: Mapping, stage: str, device: str | None = None) -> di
     return out
 
 
+# Settings a resume checkpoint need not match: the global batch, the sample and configuration streams and the
+# checkpointed state do not depend on them, so a killed job resumes with another process count, accumulating
+# gradients over smaller passes where fewer processes hold the batch (D30).
+RESUMABLE_ACROSS = ("processes", "micro_batch")
+
+
+def resume_settings(config: Mapping, stage: str) -> dict:
+    """`stage_settings` less the keys a job may change between a checkpoint and its resumption (processes, passes)."""
+    out = stage_settings(config, stage)
+    return {k: ({kk: vv for kk, vv in v.items() if kk not in RESUMABLE_ACROSS} if isinstance(v, Mapping) else v)
+            for k, v in out.items()}
+
+
 def settings_hash(settings: Mapping) -> str:
     """Hash of a stage's settings and aows's version: Snakemake reruns a stage when it changes."""
     blob = json.dumps({"settings": settings, "aows": __version__}, sort_keys=True)

@@ -15,6 +15,7 @@ and writes it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -25,12 +26,20 @@ from typing import Any, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..config import settings_hash, stage_settings
+from ..config import resume_settings, settings_hash
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
 from .accelerator import Accelerator
 from .distributed import Dist, average_buffers, data_parallel, mean_over_ranks
 from .loop import Position, progress_bar, run_epochs
+
+
+def micro_batches(n: int, size: int | None) -> list[tuple[int, int]]:
+    """[start, end) of the forward passes that share one optimiser step: `n` images in chunks of at most `size`
+    (`retrain.micro_batch`; None: one pass), as equal as possible."""
+    k = 1 if not size else -(-int(n) // int(size))
+    edges = [round(i * n / k) for i in range(k + 1)]
+    return [(edges[i], edges[i + 1]) for i in range(k)]
 
 
 def learning_rate(step: int, total: int, warmup: int, base: float) -> float:
@@ -42,9 +51,9 @@ def learning_rate(step: int, total: int, warmup: int, base: float) -> float:
 
 
 def run_id(config: Mapping[str, Any], channels: Sequence[int], seed: int | None = None) -> str:
-    """The id a retraining's resume checkpoint must carry: byte-identical to the pre-move formula for the
-    config's own seed; another run seed is added to it (such a run's splits are the config seed's)."""
-    key: dict[str, Any] = {"settings": stage_settings(config, "retrain"), "channels": list(channels)}
+    """The id a retraining's resume checkpoint must carry: the settings but the process count (a run resumes with
+    another one, D30) and the channels; a run seed other than the config's is added (its splits are the config seed's)."""
+    key: dict[str, Any] = {"settings": resume_settings(config, "retrain"), "channels": list(channels)}
     if seed is not None and int(seed) != int(config["seed"]):
         key["seed"] = int(seed)
     return settings_hash(key)
@@ -125,18 +134,25 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
         epoch, k = pos.epoch, pos.step
         for g in opt.param_groups:
             g["lr"] = learning_rate(epoch * steps + k, total, warmup, rt["lr"])
-        with accel.autocast():
-            logits = net(x).float()
-        loss = F.cross_entropy(logits, y, label_smoothing=rt["label_smoothing"])
-        (value,) = mean_over_ranks([loss.item()], ddp)  # the global batch's loss: every rank stops together
+        opt.zero_grad(set_to_none=True)
+        chunks = micro_batches(len(y), rt.get("micro_batch"))
+        total_loss = 0.0
+        for j, (a, b) in enumerate(chunks):
+            last = j == len(chunks) - 1
+            sync = contextlib.nullcontext() if last or ddp.world == 1 else net.no_sync()  # one all-reduce, at the last
+            with sync:
+                with accel.autocast():
+                    logits = net(x[a:b]).float()
+                # the shard's mean loss, accumulated over its chunks
+                loss = F.cross_entropy(logits, y[a:b], label_smoothing=rt["label_smoothing"]) * ((b - a) / len(y))
+                (loss if scaler is None else scaler.scale(loss)).backward()  # under DDP: averaged over ranks
+            total_loss += loss.item()
+        (value,) = mean_over_ranks([total_loss], ddp)  # the global batch's loss: every rank stops together
         if not math.isfinite(value):
             raise FloatingPointError(f"non-finite loss at epoch {epoch} step {k}; lower retrain.lr")
-        opt.zero_grad(set_to_none=True)
         if scaler is None:
-            loss.backward()  # under DDP: gradients averaged over ranks
             opt.step()
         else:  # fp16: scaled loss; a step whose gradients overflowed is skipped
-            scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
         average_buffers(model, ddp.world)  # BN running statistics of every rank's shard (D30)

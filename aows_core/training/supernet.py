@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..artifacts import read_epoch_checkpoint, save_torch
-from ..config import data_spec, settings_hash, space_from_config, stage_settings
+from ..config import data_spec, resume_settings, settings_hash, space_from_config
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
 from .accelerator import Accelerator, check_precision
@@ -44,9 +44,10 @@ FROZEN_DESCRIPTION = ("frozen weights: mean CE(configuration) - CE(max configura
 
 
 def run_id(config: Mapping[str, Any], method: str, device: str | None, target: str | None) -> str:
-    """The id a resume checkpoint must carry (byte-identical to the pre-move formula: old checkpoints resume)."""
+    """The id a resume checkpoint must carry: the stage's settings but the process count (a run resumes with
+    another one, D30), the method, device and target."""
     stage = "train_ows" if method == "ows" else "train_aows"
-    blob = json.dumps({"settings": settings_hash(stage_settings(config, stage)), "method": method, "device": device,
+    blob = json.dumps({"settings": settings_hash(resume_settings(config, stage)), "method": method, "device": device,
                        "target": target}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -138,16 +138,21 @@ def test_retraining_seeds_share_the_splits_but_not_the_batches(tmp_path, monkeyp
     assert any(not torch.equal(w3[k], w4[k]) for k in w3 if w3[k].is_floating_point())
 
 
-def test_the_config_seed_keeps_the_run_id_of_before():
-    from aows_core.config import settings_hash, stage_settings
+def test_the_run_id_keys_settings_and_seed_but_not_the_process_count():
+    """A checkpoint resumes under another `retrain.processes` (D30), never under other settings or another seed."""
+    from aows_core.config import resume_settings, settings_hash
     from aows_core.training.retrain import run_id
 
     cfg = validate({**CFG, "seed": 3})
-    before = settings_hash({"settings": stage_settings(cfg, "retrain"), "channels": [8, 16]})
-    assert run_id(cfg, [8, 16]) == run_id(cfg, [8, 16], 3) == before
-    # another seed: neither the config's run nor the run of before (which split its data by that seed)
-    old_seed4 = settings_hash({"settings": stage_settings({**cfg, "seed": 4}, "retrain"), "channels": [8, 16]})
-    assert run_id(cfg, [8, 16], 4) not in (before, old_seed4)
+    base = settings_hash({"settings": resume_settings(cfg, "retrain"), "channels": [8, 16]})
+    assert run_id(cfg, [8, 16]) == run_id(cfg, [8, 16], 3) == base
+    two = validate({**CFG, "seed": 3, "retrain": {**CFG.get("retrain", {}), "processes": 2}})
+    assert run_id(two, [8, 16]) == base and "processes" not in resume_settings(two, "retrain")["retrain"]
+    longer = validate({**CFG, "seed": 3, "retrain": {**CFG.get("retrain", {}), "epochs": 7}})
+    assert run_id(longer, [8, 16]) != base
+    # another seed: neither the config's run nor the run that split its data by that seed
+    own4 = settings_hash({"settings": resume_settings({**cfg, "seed": 4}, "retrain"), "channels": [8, 16]})
+    assert run_id(cfg, [8, 16], 4) not in (base, own4)
 
 
 def test_network_names_round_trip_and_bad_ones_are_refused():

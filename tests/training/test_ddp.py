@@ -116,6 +116,11 @@ def test_train_supernet_with_two_processes_keeps_the_configuration_stream(tmp_pa
             "--out-dir", str(tmp_path / "two"), "--resume-dir", str(tmp_path / "r2"), "--quiet"]
     subprocess.run(base + ["--stop-after", "5"], check=True, timeout=300)  # rank 0 checkpoints, then all resume
     assert not (tmp_path / "two/unaries.parquet").exists()
+    # resumed by one process for 1 step, then by two again: the process count is not part of the run (D30)
+    one_proc = [a if a != json.dumps(two) else json.dumps(TINY) for a in base]
+    subprocess.run(one_proc + ["--stop-after", "1"], check=True, timeout=300)
+    assert torch.load(tmp_path / "r2/checkpoint.pt", weights_only=False)["step"] == 6
+    assert not (tmp_path / "r2/checkpoint.pt.stale").exists()
     subprocess.run(base, check=True, timeout=300)
     train_supernet(validate(TINY), tmp_path / "one", tmp_path / "r1", method="ows", progress=False)
     a, meta = io.read_table(tmp_path / "one/unaries.parquet", "unaries")
@@ -236,11 +241,11 @@ class _Recording:
             yield x, y
 
 
-def _retrain(rank: int, world: int, resume: str, stop_after: int | None = None):
+def _retrain(rank: int, world: int, resume: str, stop_after: int | None = None, micro_batch: int | None = None):
     """`train_network` of the min network (frozen BN) in this rank's place; the result and the batches it read."""
     from aows_core.training.retrain import train_network
 
-    cfg = validate(RETRAIN)
+    cfg = validate({**RETRAIN, "retrain": {**RETRAIN["retrain"], "micro_batch": micro_batch}})
     space = space_from_config(cfg)
     splits = _Recording(load_splits(data_spec(cfg, "retrain")))
     res = train_network(cfg, space, space.min_config, splits, resume, Accelerator(torch.device("cpu"), "fp32"),
@@ -258,6 +263,11 @@ def _retrain_worker(rank: int, world: int, path: str) -> None:
         full, seen = _retrain(rank, world, f"{path}/resume_full")
         _retrain(rank, world, f"{path}/resume_cut", stop_after=2)
         dist.barrier()  # rank 0 has written the checkpoint
+        if rank == 0:  # the same state, for a one-process run to resume
+            import shutil
+
+            shutil.copytree(f"{path}/resume_cut", f"{path}/resume_hand")
+        dist.barrier()
         cut, _ = _retrain(rank, world, f"{path}/resume_cut")
         torch.save({"full": full.model.state_dict(), "cut": cut.model.state_dict(), "loss": full.final_train_loss,
                     "x": [x for x, _ in seen], "y": [y for _, y in seen]}, f"{path}/retrain{rank}.pt")
@@ -288,6 +298,43 @@ def test_two_process_retraining_sees_the_global_batches_and_reaches_the_one_proc
             assert torch.equal(r["cut"][k], r["full"][k]), k  # exact resume with two processes
             assert torch.equal(r["full"][k], ranks[0]["full"][k]), k
         assert r["loss"] == pytest.approx(one.final_train_loss, abs=1e-5)
+    # the two-process checkpoint resumes in one process that accumulates the gradients of two passes of 16 (the
+    # two processes' shards; D30): it goes on from step 2, not afresh, and ends where the one-process run ends
+    # (frozen BN: shards and chunks normalise as the whole batch does)
+    part, _ = _retrain(0, 1, str(tmp_path / "resume_hand"), stop_after=1, micro_batch=16)
+    assert (part.epoch, part.step) == (0, 3) and not (tmp_path / "resume_hand/checkpoint.pt.stale").exists()
+    hand, _ = _retrain(0, 1, str(tmp_path / "resume_hand"), micro_batch=16)
+    for k, v in ref.items():
+        if v.is_floating_point():
+            torch.testing.assert_close(hand.model.state_dict()[k], v, rtol=0, atol=1e-5, msg=k)
+
+
+def test_micro_batches_accumulate_the_whole_batch_gradient(tmp_path, monkeypatch):
+    """retrain.micro_batch: chunks of a batch accumulate to its gradient (frozen BN: within float rounding), and
+    unset it is one pass; the chunks cover the batch in near-equal parts."""
+    from aows_core.nets import mobilenet
+    from aows_core.training.retrain import micro_batches
+
+    assert micro_batches(32, None) == [(0, 32)] and micro_batches(32, 64) == [(0, 32)]
+    assert micro_batches(32, 10) == [(0, 8), (8, 16), (16, 24), (24, 32)] and micro_batches(5, 2) == [(0, 2), (2, 3), (3, 5)]
+
+    class Counting(_FrozenBN):
+        forwards = 0
+
+        def forward(self, x):
+            type(self).forwards += 1
+            return super().forward(x)
+
+    monkeypatch.setattr(mobilenet, "MobileNetV1", Counting)
+    whole, _ = _retrain(0, 1, str(tmp_path / "whole"))
+    assert Counting.forwards == 4  # 128 images, batches of 32
+    parts, _ = _retrain(0, 1, str(tmp_path / "parts"), micro_batch=10)
+    assert Counting.forwards == 4 + 4 * 4  # four passes of 8 per step
+    w, p = whole.model.state_dict(), parts.model.state_dict()
+    for k, v in w.items():
+        if v.is_floating_point():
+            torch.testing.assert_close(p[k], v, rtol=0, atol=1e-5, msg=k)
+    assert parts.final_train_loss == pytest.approx(whole.final_train_loss, abs=1e-5)
 
 
 def test_aows_retrain_with_two_processes_relaunches_under_torchrun_and_evaluates_every_test_image(tmp_path):
