@@ -212,6 +212,10 @@ def _train_errors(cfg: Mapping) -> list[str]:
             lines.append(f"config key train.precision: fp16 with {key}.processes = {n} is not supported (the gradient "
                          "scaler has not been checked on several GPUs); use train.precision: bf16 or "
                          f"{key}.processes: 1")
+        nodes = cfg[key]["nodes"]
+        if n % nodes:
+            lines.append(f"config key {key}.nodes: {key}.processes = {n} do not divide over {nodes} nodes; set "
+                         f"{key}.processes to a multiple of {key}.nodes (processes counts every node's)")
     return lines
 
 
@@ -267,7 +271,7 @@ def stage_settings(config: Mapping, stage: str, device: str | None = None) -> di
 # Settings a resume checkpoint need not match: the global batch, the sample and configuration streams and the
 # checkpointed state do not depend on them, so a killed job resumes with another process count, accumulating
 # gradients over smaller passes where fewer processes hold the batch (D30).
-RESUMABLE_ACROSS = ("processes", "micro_batch")
+RESUMABLE_ACROSS = ("processes", "nodes", "micro_batch")
 
 
 def resume_settings(config: Mapping, stage: str) -> dict:

@@ -31,7 +31,7 @@ def add_config(p: argparse.ArgumentParser) -> None:
     g.add_argument("--config-json", help="config as inline JSON (what the Snakemake rules pass)")
 
 
-_NOT_OPTIONS = {"config", "config_json", "command", "stage", "quiet"}
+_NOT_OPTIONS = {"config", "config_json", "command", "stage", "quiet", "print_launch"}
 
 
 def from_args(stage: ModuleType, args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -56,16 +56,51 @@ def forward_options(args: argparse.Namespace, dests: Sequence[str]) -> list[str]
     return out
 
 
-def torchrun(command: str, config: Mapping[str, Any], argv: Sequence[str], processes: int, threads: int) -> None:
-    """Run `aows <command> --config-json CONFIG ARGV` as `processes` data-parallel processes of this node
-    (`torch.distributed.run --standalone`, OMP_NUM_THREADS = `threads` unless set); an error if any fails."""
+def launch_command(command: str, config: Mapping[str, Any], argv: Sequence[str], processes: int, threads: int,
+                   env: Mapping[str, str], nodes: int = 1) -> list[str]:
+    """The command that runs `aows <command> --config-json CONFIG ARGV` as `processes` data-parallel processes.
+
+    One node: `torch.distributed.run --standalone`. `nodes` = K > 1 (`supernet.nodes`, `retrain.nodes`): inside a
+    SLURM job of K nodes, `srun` starts one torchrun per node with processes/K processes and processes/K ×
+    `threads` CPUs each; they meet through torchrun's c10d rendezvous at this host (the batch script's node,
+    the allocation's first; AOWS_RDZV_HOST / AOWS_RDZV_PORT override) under the SLURM job's id, so a retry of
+    the job meets afresh (docs/method.md D30)."""
     import json
-    import os
-    import subprocess
+    import socket
     import sys
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
-           "-m", "aows_core.cli", command, "--config-json", json.dumps(config), *argv]
+    run = [sys.executable, "-m", "torch.distributed.run"]
+    tail = ["-m", "aows_core.cli", command, "--config-json", json.dumps(config), *argv]
+    if nodes <= 1:
+        return [*run, "--standalone", "--nproc-per-node", str(processes), *tail]
+    if processes % nodes:
+        raise ValueError(f"{processes} processes do not divide over {nodes} nodes")
+    if not env.get("SLURM_JOB_ID"):
+        raise ValueError(f"{nodes} nodes are launched with srun inside a SLURM job of {nodes} nodes: run the rule "
+                         "through workflow/profiles/slurm with nodes, tasks and mpi set for it (README, 'Running on "
+                         "a cluster'), or set the nodes to 1")
+    per_node = processes // nodes
+    host = env.get("AOWS_RDZV_HOST") or socket.gethostname()
+    srun = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={per_node * int(threads)}",
+            "--kill-on-bad-exit=1"]
+    return [*srun, *run, "--nnodes", str(nodes), "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"{host}:{env.get('AOWS_RDZV_PORT', '29500')}", "--rdzv-id",
+            f"aows-{env['SLURM_JOB_ID']}", *tail]
+
+
+def torchrun(command: str, config: Mapping[str, Any], argv: Sequence[str], processes: int, threads: int,
+             nodes: int = 1, print_only: bool = False) -> None:
+    """Run `aows <command> --config-json CONFIG ARGV` as `processes` data-parallel processes over `nodes` nodes
+    (`launch_command`: this node, or every node of a SLURM job), OMP_NUM_THREADS = `threads` unless set; an error if any
+    fails. `print_only`: print the command instead (the launch's dry run)."""
+    import os
+    import shlex
+    import subprocess
+
+    cmd = launch_command(command, config, argv, processes, threads, os.environ, nodes)
+    if print_only:
+        print(shlex.join(cmd))
+        return
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
     rc = subprocess.run(cmd, env=env).returncode
     if rc:

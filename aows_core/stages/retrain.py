@@ -31,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dir", required=True)
     p.add_argument("--resume-dir", required=True, help="where the resume checkpoint lives (not an output)")
     p.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (resume later)")
+    p.add_argument("--print-launch", action="store_true",
+                   help="with processes > 1: print the torchrun (or, in a multi-node SLURM job, srun) command and exit")
     p.add_argument("--quiet", action="store_true")
 
 
@@ -38,12 +40,15 @@ def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
     """With retrain.processes = N > 1 outside torchrun: run this command as N processes; True if it did."""
     rt = config["retrain"]
     n = int(rt["processes"])
+    if args.print_launch and n == 1:
+        print("retrain.processes = 1: the command trains in its own process (nothing to launch)")
+        return True
     if not (n > 1 and "RANK" not in os.environ):
         return False
     if rt["batch_size"] % n:
         raise ValueError(f"retrain.batch_size = {rt['batch_size']} is not divisible by retrain.processes = {n}")
     argv = forward_options(args, ("decision", "channels", "seed", "out_dir", "resume_dir", "stop_after", "quiet"))
-    torchrun(COMMAND, config, argv, n, int(rt["threads"]))
+    torchrun(COMMAND, config, argv, n, int(rt["threads"]), int(rt["nodes"]), print_only=args.print_launch)
     return True
 
 

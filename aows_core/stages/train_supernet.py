@@ -30,12 +30,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="AOWS: the latency target string")
     p.add_argument("--init-from", help="AOWS: the OWS checkpoint after the warm-up epochs")
     p.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (resume later)")
+    p.add_argument("--print-launch", action="store_true",
+                   help="with processes > 1: print the torchrun (or, in a multi-node SLURM job, srun) command and exit")
     p.add_argument("--quiet", action="store_true")
 
 
 def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
     """With supernet.processes = N > 1 outside torchrun: run this command as N processes; True if it did."""
     n = int(config["supernet"]["processes"])
+    if args.print_launch and n == 1:
+        print("supernet.processes = 1: the command trains in its own process (nothing to launch)")
+        return True
     if not (n > 1 and "RANK" not in os.environ):
         return False
     if config["supernet"]["batch_size"] % n:
@@ -43,7 +48,8 @@ def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
                          f"supernet.processes = {n}")
     argv = forward_options(args, ("method", "out_dir", "resume_dir", "lut", "device", "target", "init_from",
                                   "stop_after", "quiet"))
-    torchrun(COMMAND, config, argv, n, int(config["supernet"]["threads"]))
+    torchrun(COMMAND, config, argv, n, int(config["supernet"]["threads"]), int(config["supernet"]["nodes"]),
+             print_only=args.print_launch)
     return True
 
 

@@ -26,6 +26,12 @@ def settings(stage, device=None):
     )
 
 
+def node_threads(section):
+    """CPUs a training job asks for on each of its nodes: threads × processes ÷ nodes (docs/method.md D30)."""
+    c = config[section]
+    return c["threads"] * c["processes"] // c["nodes"]
+
+
 def stamp(stage, device=None):
     """Hash of a stage's settings and aows's version (Snakemake does not track package code)."""
     return lambda wildcards: settings_hash(

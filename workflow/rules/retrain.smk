@@ -21,7 +21,7 @@ rule retrain_net:
         seed=r"\d+",
     conda:
         "../../envs/aows.yaml"
-    threads: config["retrain"]["threads"] * config["retrain"]["processes"]  # processes > 1: torchrun, one per GPU
+    threads: node_threads("retrain")  # per node; torchrun starts one process per GPU
     resources:
         mem_mb=4000,
         runtime=600,

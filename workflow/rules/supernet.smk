@@ -60,7 +60,7 @@ rule train_ows:
         "results/benchmarks/train_ows.tsv"
     conda:
         "../../envs/aows.yaml"
-    threads: config["supernet"]["threads"] * config["supernet"]["processes"]
+    threads: node_threads("supernet")  # per node; torchrun starts one process per GPU
     resources:
         mem_mb=8000,
         runtime=600,
@@ -88,7 +88,7 @@ rule train_aows:
         "results/benchmarks/train_aows_{device}_{target}.tsv"
     conda:
         "../../envs/aows.yaml"
-    threads: config["supernet"]["threads"] * config["supernet"]["processes"]
+    threads: node_threads("supernet")  # per node; torchrun starts one process per GPU
     resources:
         mem_mb=8000,
         runtime=600,
