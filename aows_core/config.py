@@ -114,15 +114,16 @@ def _coerce_strings(schema: Mapping, instance: Any) -> Any:
     values as YAML strings) read as YAML where the schema wants another type; anything else is left as is."""
     types = schema.get("type")
     types = [types] if isinstance(types, str) else list(types or [])
-    if isinstance(instance, str) and types and "string" not in types:
+    if isinstance(instance, str) and types and types != ["string"]:
         try:
             value = yaml.safe_load(instance)
         except yaml.YAMLError:
             return instance
         kinds = {"integer": int, "number": (int, float), "boolean": bool, "array": list, "object": dict,
                  "null": type(None)}
-        if any(isinstance(value, kinds[t]) and not (t in ("integer", "number") and isinstance(value, bool))
-               for t in types if t in kinds):
+        if not isinstance(value, str) and any(
+                isinstance(value, kinds[t]) and not (t in ("integer", "number") and isinstance(value, bool))
+                for t in types if t in kinds):
             return value
         return instance
     if isinstance(instance, dict):
@@ -159,7 +160,7 @@ def validate(config: Mapping | None) -> dict:
             else:
                 lines.append(f"config key {_path(e)}: {e.message}")
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
-    lines = _target_errors(cfg) + _train_errors(cfg)
+    lines = _target_errors(cfg) + _train_errors(cfg) + _subset_errors(cfg)
     if lines:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
     return cfg
@@ -198,6 +199,32 @@ def _target_errors(cfg: Mapping) -> list[str]:
                         f"{'4.5ms' if unit == 'ms' else '325mflops'}, a relative one such as 'range:0.5', or a "
                         f"per-device list under {key.split('.')[0]}.device_targets.{dev}")
     return list(dict.fromkeys(lines))
+
+
+# Images of the official training split of the datasets whose size is known before reading them.
+TRAIN_IMAGES = {"fashion_mnist": 60_000, "cifar10": 50_000}
+
+
+def _subset_errors(cfg: Mapping) -> list[str]:
+    """data.train_subset and retrain.train_subset fit in the training split (built-in datasets: checked before any
+    work starts; an ImageFolder is checked when it is read)."""
+    d = cfg["data"]
+    total = TRAIN_IMAGES.get(d["dataset"])
+    if total is None:
+        return []
+    left, lines = total - d["search_val"], []
+    for key, n in (("data.train_subset", d["train_subset"]), ("retrain.train_subset", cfg["retrain"]["train_subset"])):
+        if isinstance(n, int) and n > left:
+            lines.append(f"config key {key}: {n} images exceed the {left} of the training split ({d['dataset']}: "
+                         f"{total} less data.search_val = {d['search_val']}); lower it, or use "
+                         f"{'null' if key.startswith('data') else 'all'} for the whole split")
+    return lines
+
+
+def retrain_subset(config: Mapping[str, Any]) -> int | None:
+    """The training images the finalists retrain on: retrain.train_subset (null → data.train_subset; all → None)."""
+    n = config["retrain"]["train_subset"]
+    return config["data"]["train_subset"] if n is None else None if n == "all" else int(n)
 
 
 def _train_errors(cfg: Mapping) -> list[str]:
@@ -426,7 +453,8 @@ def data_spec(config: Mapping[str, Any], section: str | None = "supernet", train
     s = config[section]
     return DataSpec(
         name=d["dataset"], root=d["root"], download=d["download"], search_val=d["search_val"],
-        calibration=d["calibration"], train_subset=d["train_subset"], batch_size=s["batch_size"],
+        calibration=d["calibration"], batch_size=s["batch_size"],
+        train_subset=retrain_subset(config) if section == "retrain" else d["train_subset"],
         seed=seed, train_seed=None if train_seed is None or int(train_seed) == seed else int(train_seed),
         channels_last=s["channels_last"], num_workers=d["num_workers"], prefetch_factor=d["prefetch_factor"],
     )

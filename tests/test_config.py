@@ -129,3 +129,30 @@ def test_command_line_overlays_read_numbers_as_numbers():
     assert cfg["data"]["train_subset"] is None
     with pytest.raises(ConfigError, match="supernet.epochs"):
         validate({"supernet": {"epochs": "seven"}})
+
+
+def test_retrain_train_subset_resolves_against_the_search_subset():
+    from aows_core.config import data_spec
+    from aows_core.data import split_indices
+
+    base = {"data": {"train_subset": 2000, "search_val": 500, "calibration": 64}}
+    search = data_spec(validate(base))
+    assert data_spec(validate(base), "retrain").train_subset == 2000  # null: the search's images
+    assert data_spec(validate({**base, "retrain": {"train_subset": "all"}}), "retrain").train_subset is None
+    spec = data_spec(validate({**base, "retrain": {"train_subset": "5000"}}), "retrain")  # a --config string
+    assert spec.train_subset == 5000
+    # N ≥ data.train_subset: a superset of the search's training images; the held-out images do not move
+    a, b = split_indices(60_000, search), split_indices(60_000, spec)
+    assert set(a["train"]) < set(b["train"]) and len(b["train"]) == 5000
+    assert (a["search_val"] == b["search_val"]).all() and not set(b["train"]) & set(a["search_val"])
+
+
+@pytest.mark.parametrize("raw, needle", [
+    ({"retrain": {"train_subset": "most"}}, r"retrain.train_subset: 'most' does not match"),
+    ({"retrain": {"train_subset": 0}}, r"retrain.train_subset: 0 is less than the minimum"),
+    ({"retrain": {"train_subset": 59_500}}, r"retrain.train_subset: 59500 images exceed the 59000 .* use all"),
+    ({"data": {"train_subset": 59_500}}, r"data.train_subset: 59500 images exceed the 59000 .* use null"),
+])
+def test_a_training_subset_larger_than_the_split_is_refused_when_the_config_is_read(raw, needle):
+    with pytest.raises(ConfigError, match=needle):
+        validate(raw)
