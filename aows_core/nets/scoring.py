@@ -5,12 +5,14 @@ supernet on fixed evaluation images, BatchNorm recalibrated per candidate with t
 fixed calibration images (§3; docs/method.md, D22). A candidate that differs from the current
 configuration from edge `start_edge` on reuses the cached activations before it. Under autocast the
 convolutions run in reduced precision, the recalibration statistics and normalisation in float32 (D29);
-the images must be on the model's device.
+the images must be on the model's device. Data-parallel scoring (`greedy.processes`, D30): each process holds
+its share of the evaluation images and all the calibration images (so every process recalibrates BN to the
+same statistics), and `reduce` sums the (errors, cross-entropy) of the shares.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +24,10 @@ from .slimmable import at_least_float32
 class SubnetScorer:
     """Error and cross-entropy of sub-networks of a supernet with per-candidate BN recalibration (§3)."""
 
-    def __init__(self, model: Any, cal: torch.Tensor, x_eval: torch.Tensor, y_eval: torch.Tensor, batch_size: int):
+    def __init__(self, model: Any, cal: torch.Tensor, x_eval: torch.Tensor, y_eval: torch.Tensor, batch_size: int,
+                 reduce: Callable[[list[float]], list[float]] | None = None):
+        """`x_eval`, `y_eval`: this process's evaluation images; `reduce`: a sum over the processes that hold
+        the others (None: these are all of them)."""
         self.model = model.eval()
         self.space: SearchSpace = model.space
         fmt = torch.channels_last if model.channels_last else torch.contiguous_format
@@ -31,6 +36,8 @@ class SubnetScorer:
         self.y, self.bs = y_eval, int(batch_size)
         self._prefix: dict[int, tuple[torch.Tensor, list[torch.Tensor]]] = {}
         self._prefix_of: tuple[int, ...] | None = None
+        self._reduce = reduce
+        self.n = len(y_eval) if reduce is None else int(reduce([float(len(y_eval))])[0])  # evaluation images, all ranks
 
     def _units(self, i: int, full: Sequence[int]):
         """(conv, bn, weight slice, groups) of edge i's conv units under `full` channels."""
@@ -84,6 +91,9 @@ class SubnetScorer:
         logits = torch.cat([F.linear(x.mean((2, 3)), clf.weight[:, : full[-2]], clf.bias) for x in xs])
         errors = int((logits.argmax(1) != self.y).sum())
         ce = float(F.cross_entropy(logits.double(), self.y, reduction="sum"))
+        if self._reduce is not None:
+            e, ce = self._reduce([float(errors), ce])
+            errors = int(round(e))
         return errors, ce
 
 

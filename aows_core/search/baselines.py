@@ -147,7 +147,7 @@ def trajectory_row(space: SearchSpace, step: int, layer_idx: Sequence[int], laye
 def greedy_search(scorer: Any, on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """AutoSlim trimming (§3, D22) from max to min: each step lowers the layer with the least (errors, CE) increase.
 
-    `scorer.score(channels, start_edge=...)` → (errors, summed CE) on `len(scorer.y)` images; candidates are
+    `scorer.score(channels, start_edge=...)` → (errors, summed CE) on `scorer.n` images; candidates are
     scored in ascending layer order, so each reuses the cached activations entering its layer.
     `on_step(row)` follows each trimming step (a progress bar).
     """
@@ -155,7 +155,7 @@ def greedy_search(scorer: Any, on_step: Callable[[dict[str, Any]], None] | None 
     counts = [len(c) for c in space.choices]
     start = np.asarray(counts, dtype=np.int64) - 1
     errors, ce = scorer.score(space.channels_of(start))
-    n = len(scorer.y)
+    n = scorer.n
     rows = [trajectory_row(space, 0, start[1:-1].tolist(), -1, errors, ce, n, 0)]
 
     def step(cur: np.ndarray, node: int, s: tuple, candidates: int) -> None:

@@ -360,7 +360,7 @@ class Chain:
         if L_top <= target + self.ftol:
             return DecodeResult(top, D_top, L_top, 0.0, D_top, 0.0, True, 2, target, "unconstrained")
         F, L_F, D_F = lo, L_lo, D_lo  # feasible end (optimal for large γ)
-        I, L_I, D_I = top, L_top, D_top  # infeasible end (optimal at γ = 0)
+        L_I, D_I = L_top, D_top  # infeasible end (optimal at γ = 0): only its latency and objective are needed
         best, L_b, D_b = F, L_F, D_F
         dual, gamma_star = D_top, 0.0  # g(0) = min Σδ
         gammas = [0.0]
@@ -382,7 +382,7 @@ class Chain:
                 if feasible:
                     F, L_F, D_F = c, L_c, D_c
                 else:
-                    I, L_I, D_I = c, L_c, D_c
+                    L_I, D_I = L_c, D_c
             else:
                 break
         else:

@@ -52,7 +52,8 @@ def forward_options(args: argparse.Namespace, dests: Sequence[str]) -> list[str]
         value = getattr(args, dest)
         if value is None or value is False:
             continue
-        out += [f"--{dest.replace('_', '-')}"] + ([] if value is True else [str(value)])
+        values = [] if value is True else [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+        out += [f"--{dest.replace('_', '-')}", *values]
     return out
 
 

@@ -1,21 +1,47 @@
-"""The OWS supernet loaded for scoring sub-networks, shared by `aows greedy` and `aows proxy` (§3)."""
+"""The OWS supernet loaded for scoring sub-networks, shared by `aows greedy` and `aows proxy` (§3).
+
+With greedy.processes = N > 1 both commands relaunch themselves under torchrun; each process scores 1/N of the
+evaluation images and the counts are summed (`nets.scoring.SubnetScorer`, docs/method.md D30)."""
 
 from __future__ import annotations
 
+import argparse
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
     from ..nets.scoring import SubnetScorer
     from ..space import SearchSpace
     from ..training.accelerator import Accelerator
+    from ..training.distributed import Dist
+
+
+def launch_scoring(command: str, config: Mapping[str, Any], args: argparse.Namespace, dests: Sequence[str]) -> bool:
+    """With greedy.processes = N > 1 outside torchrun: run `command` as N processes of supernet.threads threads each;
+    True if it did."""
+    from . import forward_options, torchrun
+
+    n = int(config["greedy"]["processes"])
+    if not (n > 1 and "RANK" not in os.environ):
+        return False
+    torchrun(command, config, forward_options(args, dests), n, int(config["supernet"]["threads"]))
+    return True
+
+
+def scoring_accelerator(config: Mapping[str, Any], ddp: Dist) -> Accelerator:
+    """`train.device` as this process resolved it (its GPU under torchrun) in `train.precision` (D29)."""
+    from ..training.accelerator import Accelerator, check_precision
+
+    check_precision(str(config["train"]["precision"]), ddp.device)
+    return Accelerator(ddp.device, str(config["train"]["precision"]))
 
 
 def supernet_scorer(config: Mapping[str, Any], model_path: str | os.PathLike, space: SearchSpace, accel: Accelerator,
-                    *, n_eval: int, n_cal: int, batch_size: int) -> SubnetScorer:
+                    *, n_eval: int, n_cal: int, batch_size: int, ddp: Dist | None = None) -> SubnetScorer:
     """A scorer of the supernet in `model_path` on `accel`'s device: top-1 errors on the first `n_eval`
     search-validation images, BN recalibrated on the first `n_cal` calibration images (D22). Score under
-    `accel.autocast()` (D29)."""
+    `accel.autocast()` (D29). Under `ddp` (world N) this process holds every N-th evaluation image and all the
+    calibration images; scores are summed over the processes."""
     import torch
 
     from .. import artifacts
@@ -23,6 +49,7 @@ def supernet_scorer(config: Mapping[str, Any], model_path: str | os.PathLike, sp
     from ..data import check_dataset, first_images, load_splits
     from ..nets.scoring import SubnetScorer
     from ..nets.slimmable import SlimmableMobileNetV1
+    from ..training.distributed import float_sum
 
     torch.set_num_threads(int(config["supernet"]["threads"]))
     model = SlimmableMobileNetV1(space, channels_last=bool(config["supernet"]["channels_last"]))
@@ -32,5 +59,8 @@ def supernet_scorer(config: Mapping[str, Any], model_path: str | os.PathLike, sp
     check_dataset(splits.info, space)
     x_eval, y_eval = first_images(splits.search_val_batches(batch_size), n_eval)
     cal, _ = first_images(splits.calibration_batches(batch_size), n_cal)
+    if ddp is not None and ddp.world > 1:
+        x_eval, y_eval = x_eval[ddp.rank :: ddp.world].contiguous(), y_eval[ddp.rank :: ddp.world]
     d = accel.device
-    return SubnetScorer(model, cal.to(d), x_eval.to(d), y_eval.to(d), batch_size)
+    return SubnetScorer(model, cal.to(d), x_eval.to(d), y_eval.to(d), batch_size,
+                        reduce=None if ddp is None else float_sum(ddp))

@@ -1,4 +1,6 @@
-"""`aows greedy`: the AutoSlim greedy trajectory of the OWS supernet (§3); independent of any LUT."""
+"""`aows greedy`: the AutoSlim greedy trajectory of the OWS supernet (§3); independent of any LUT.
+
+With greedy.processes = N > 1 the command relaunches itself under torchrun (`launch`, docs/method.md D30)."""
 
 from __future__ import annotations
 
@@ -21,24 +23,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true")
 
 
+def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
+    """With greedy.processes = N > 1 outside torchrun: run this command as N processes; True if it did."""
+    from ._supernet import launch_scoring
+
+    return launch_scoring(COMMAND, config, args, ("model", "out", "quiet"))
+
+
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *,
         progress: bool = True) -> list[dict[str, Any]]:
     """Trim the OWS supernet greedily from the max configuration, scoring BN-recalibrated subnets (§3, D22) on
-    `train.device` in `train.precision` (D29)."""
+    `train.device` in `train.precision` (D29); under torchrun each process scores its share of the images and
+    rank 0 writes."""
+    from ..training.distributed import process_group
+
+    with process_group(int(config["greedy"]["processes"]), str(config["train"]["device"]), "greedy.processes") as ddp:
+        return _run(config, inputs, outputs, ddp, progress=progress)
+
+
+def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], ddp: Any, *,
+         progress: bool) -> list[dict[str, Any]]:
+    """`run` in this process's place of the (data-parallel) scoring `ddp`."""
     from .. import artifacts
     from ..config import space_from_config
     from ..search.baselines import greedy_search
-    from ..training.accelerator import accelerator
     from ..training.loop import progress_bar
-    from ._supernet import supernet_scorer
+    from ._supernet import scoring_accelerator, supernet_scorer
 
     model_path = inputs["model"]
     space = space_from_config(config)
     g = config["greedy"]
-    accel = accelerator(config)
+    accel = scoring_accelerator(config, ddp)
     scorer = supernet_scorer(config, model_path, space, accel, n_eval=int(g["n_eval"]), n_cal=int(g["n_cal"]),
-                             batch_size=int(g["batch_size"]))
-    bar = progress_bar(progress, total=sum(len(c) - 1 for c in space.layer_choices), desc="greedy", unit="step")
+                             batch_size=int(g["batch_size"]), ddp=ddp)
+    bar = progress_bar(progress and ddp.main, total=sum(len(c) - 1 for c in space.layer_choices), desc="greedy",
+                       unit="step")
 
     def on_step(row: dict[str, Any]) -> None:
         bar.update(1)
@@ -49,7 +68,9 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
             rows = greedy_search(scorer, on_step=on_step)
     finally:
         bar.close()
-    meta = artifacts.provenance(space, seed=config["seed"], n_eval=int(g["n_eval"]), n_cal=int(g["n_cal"]),
+    if not ddp.main:  # rank 0 writes
+        return rows
+    meta = artifacts.provenance(space, seed=config["seed"], n_eval=scorer.n, n_cal=int(g["n_cal"]), processes=ddp.world,
                                 supernet=str(model_path), ranks_widths=ranks_widths(rows),
                                 score="top-1 errors on the search-validation images, ties by summed cross-entropy",
                                 bn="recalibrated per candidate: exact statistics of the calibration images",

@@ -1,4 +1,6 @@
-"""`aows proxy`: supernet proxies of a device's finalists, Σδ and BN-recalibrated accuracy (§3)."""
+"""`aows proxy`: supernet proxies of a device's finalists, Σδ and BN-recalibrated accuracy (§3).
+
+With greedy.processes = N > 1 the command relaunches itself under torchrun (`launch`, docs/method.md D30)."""
 
 from __future__ import annotations
 
@@ -26,26 +28,42 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True)
 
 
+def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
+    """With greedy.processes = N > 1 outside torchrun: run this command as N processes; True if it did."""
+    from ._supernet import launch_scoring
+
+    return launch_scoring(COMMAND, config, args, ("device", "decisions", "unaries", "model", "out"))
+
+
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *,
         device: str) -> list[dict[str, Any]]:
     """Σδ under the OWS unaries (§5, eq. average_error) and BN-recalibrated OWS-supernet accuracy of every finalist (D25),
-    scored on `train.device` in `train.precision` (D29)."""
+    scored on `train.device` in `train.precision` (D29); under torchrun each process scores its share of the
+    images and rank 0 writes."""
+    from ..training.distributed import process_group
+
+    with process_group(int(config["greedy"]["processes"]), str(config["train"]["device"]), "greedy.processes") as ddp:
+        return _run(config, inputs, outputs, ddp, device=device)
+
+
+def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], ddp: Any, *,
+         device: str) -> list[dict[str, Any]]:
+    """`run` in this process's place of the (data-parallel) scoring `ddp`."""
     from .. import artifacts
     from ..config import space_from_config
     from ..search.decisions import sum_delta
-    from ..training.accelerator import accelerator
-    from ._supernet import supernet_scorer
+    from ._supernet import scoring_accelerator, supernet_scorer
 
     unaries, model = inputs["unaries"], inputs["model"]
     space = space_from_config(config)
     u, _, epoch = artifacts.read_unaries(unaries, space)
     finalists = artifacts.read_decisions(inputs["decisions"], space, device)
     d = config["data"]
-    accel = accelerator(config)
+    accel = scoring_accelerator(config, ddp)
     scorer = supernet_scorer(config, model, space, accel, n_eval=int(d["search_val"]), n_cal=int(d["calibration"]),
-                             batch_size=int(config["greedy"]["batch_size"]))
+                             batch_size=int(config["greedy"]["batch_size"]), ddp=ddp)
     scored: dict[tuple[int, ...], int] = {}
-    rows, n = [], len(scorer.y)
+    rows, n = [], scorer.n
     for r in finalists:
         ch = tuple(int(c) for c in r["channels"])
         if ch not in scored:
@@ -54,8 +72,11 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         rows.append({"method": r["method"], "device": device, "target": r["target"], "channels": list(ch),
                      "sum_delta": sum_delta(u, space.indices(ch)), "supernet_errors": scored[ch], "supernet_n": n,
                      "supernet_acc": 1.0 - scored[ch] / n})
+    check = unaries_check(space, u, scorer, config, accel)  # every rank scores its share
+    if not ddp.main:  # rank 0 writes
+        return rows
     meta = artifacts.provenance(space, device, unaries=str(unaries), unaries_epoch=epoch, supernet=str(model),
-                                n_eval=n, n_cal=len(scorer.cal), unaries_check=unaries_check(space, u, scorer, config, accel),
+                                n_eval=n, n_cal=len(scorer.cal), unaries_check=check, processes=ddp.world,
                                 train={**config["train"], "resolved_device": str(accel.device)},
                                 score="top-1 on the search-validation images, BN recalibrated on the calibration images")
     artifacts.write_records(rows, outputs["out"], "proxy", meta)
@@ -77,7 +98,7 @@ def unaries_check(space, u, scorer, config: Mapping[str, Any], accel: Accelerato
 
     rng = np.random.default_rng([int(config["seed"]), 0xC4EC])
     idx = uniform_layer_indices(space, N_CHECK, rng)
-    n = len(scorer.y)
+    n = scorer.n
     with accel.autocast():
         ce = [scorer.score(space.layer_channels(i))[1] / n for i in idx]
     sd = [sum_delta(u, np.r_[0, i, 0]) for i in idx]

@@ -62,7 +62,8 @@ def init_distributed(processes: int, device: str = "auto", key: str = "supernet.
     initialised = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size() if initialised else int(os.environ.get("WORLD_SIZE", "1"))
     if world != processes:
-        command = "aows train-supernet" if key.startswith("supernet") else "aows retrain"
+        command = {"supernet": "aows train-supernet", "retrain": "aows retrain"}.get(key.split(".")[0],
+                                                                                    "aows greedy or aows proxy")
         raise ValueError(f"{key} = {processes} but {world} process(es) run: launch it through "
                          f"`{command}` (which starts torchrun) or set {key} to the world size")
     if world == 1:
@@ -135,6 +136,20 @@ def mean_over_ranks(values: list[float], ddp: Dist) -> list[float]:
     v = torch.tensor(values, dtype=torch.float64, device=ddp.device)
     dist.all_reduce(v)
     return (v / ddp.world).tolist()
+
+
+def float_sum(ddp: Dist) -> Callable[[list[float]], list[float]] | None:
+    """A sum over ranks of float64 scalars (exact for counts below 2**53), or None with world 1."""
+    if ddp.world == 1:
+        return None
+    import torch.distributed as dist
+
+    def reduce(values: list[float]) -> list[float]:
+        v = torch.tensor(values, dtype=torch.float64, device=ddp.device)
+        dist.all_reduce(v)
+        return v.tolist()
+
+    return reduce
 
 
 def sum_over_ranks(counts: list[int], ddp: Dist) -> list[int]:

@@ -66,7 +66,7 @@ class _Scorer:
 
     def __init__(self, space, seed=0):
         rng = np.random.default_rng(seed)
-        self.space, self.y, self.calls = space, list(range(40)), []
+        self.space, self.n, self.calls = space, 40, []
         self.table = [rng.integers(0, 6, len(c)) for c in space.layer_choices]
 
     def score(self, channels, start_edge=0):

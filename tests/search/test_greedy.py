@@ -96,6 +96,22 @@ def test_trajectory_is_the_greedy_trimming_of_its_score():
     assert [r["step"] for r in rows] == list(range(len(rows)))
 
 
+def test_shares_of_the_evaluation_images_sum_to_the_whole_score(setup):
+    """Data-parallel scoring (greedy.processes, D30): every process holds every N-th evaluation image and all the
+    calibration images, so the shares' (errors, CE) sum to the one-process score; `reduce` is that sum."""
+    _, space, model, cal, x, y = setup
+    whole = GreedyScorer(model, cal, x, y, batch_size=16)
+    shares = [GreedyScorer(model, cal, x[r::3], y[r::3], batch_size=16) for r in range(3)]
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        ch = [int(rng.choice(c)) for c in space.layer_choices]
+        e, ce = whole.score(ch)
+        parts = [s.score(ch) for s in shares]
+        assert sum(p[0] for p in parts) == e and sum(p[1] for p in parts) == pytest.approx(ce, rel=1e-12)
+    twice = GreedyScorer(model, cal, x, y, batch_size=16, reduce=lambda v: [2 * a for a in v])  # a twin rank
+    assert twice.n == 2 * whole.n == 96 and twice.score(space.max_config)[0] == 2 * whole.score(space.max_config)[0]
+
+
 def test_stage_writes_the_trajectory_and_refuses_a_foreign_model(setup, tmp_path):
     cfg, space, model, *_ = setup
     torch.save({"space_hash": space.hash, "model": model.state_dict()}, tmp_path / "model.pt")

@@ -47,7 +47,6 @@ def write_unaries(space, path, rng, epochs=(0, 1), drop=()):
 
 
 def brute(space, x, u):
-    best = None
     for ch in itertools.product(*space.layer_choices):
         idx = space.indices(ch)
         lat = float(lut.predict(space, x, idx))

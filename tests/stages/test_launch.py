@@ -17,6 +17,18 @@ CFG = {"space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 
        "retrain": {"epochs": 1, "batch_size": 32, "threads": 1, "eval_batch_size": 2000, "processes": 2}}
 
 
+def test_forwarded_options_keep_lists_and_flags():
+    """What a relaunch under torchrun passes on: a list option (aows proxy --decisions a b) as its values, a set
+    flag as itself, unset options not at all."""
+    import argparse
+
+    from aows_core.stages import forward_options
+
+    args = argparse.Namespace(decisions=["a.parquet", "b.parquet"], quiet=True, seed=None, out="o", verbose=False)
+    assert forward_options(args, ("decisions", "quiet", "seed", "out", "verbose")) == [
+        "--decisions", "a.parquet", "b.parquet", "--quiet", "--out", "o"]
+
+
 def test_one_node_is_a_standalone_torchrun():
     cmd = launch_command("retrain", {"a": 1}, ["--quiet"], 4, 2, {})
     assert cmd[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]

@@ -22,7 +22,7 @@ from aows_core.search.unaries import EpochUnaries, WindowUnaries
 from aows_core.training.accelerator import Accelerator
 from aows_core.training.distributed import Dist, average_buffers, data_parallel
 from aows_core.training.distributed import update_unaries as _update_unaries
-from stage_calls import train_supernet
+from stage_calls import greedy_trajectory, train_supernet
 
 pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
 
@@ -350,3 +350,22 @@ def test_aows_retrain_with_two_processes_relaunches_under_torchrun_and_evaluates
     assert row["test_n"] == 10_000 and 0 <= row["test_correct"] <= row["test_n"]  # Fashion-MNIST's test split, once
     assert meta["processes"] == 2 and meta["bn"].startswith("per-rank batch statistics")
     assert not (tmp_path / "r2/checkpoint.pt").exists()
+
+
+def test_greedy_with_two_processes_relaunches_under_torchrun_and_scores_as_one_process(tmp_path):
+    """greedy.processes = 2: each process scores every other search-validation image; the summed counts give the
+    one-process trajectory (same trims, same errors, CE up to summation order) and rank 0 writes it (D30)."""
+    cfg = validate({**TINY, "greedy": {"n_eval": 64, "n_cal": 48, "batch_size": 16}})
+    train_supernet(cfg, tmp_path / "ows", tmp_path / "resume", progress=False)
+    one = greedy_trajectory(cfg, tmp_path / "ows/model.pt", tmp_path / "one.parquet", progress=False)
+    two = {**cfg, "greedy": {**cfg["greedy"], "processes": 2}}
+    subprocess.run([sys.executable, "-m", "aows_core.cli", "greedy", "--config-json", json.dumps(two), "--model",
+                    str(tmp_path / "ows/model.pt"), "--out", str(tmp_path / "two.parquet"), "--quiet"],
+                   check=True, timeout=300)
+    table, meta = io.read_table(tmp_path / "two.parquet", "greedy_trajectory")
+    rows = table.to_pylist()
+    assert meta["processes"] == 2 and meta["n_eval"] == 64 and len(rows) == len(one) > 2
+    assert [r["channels"] for r in rows] == [r["channels"] for r in one]
+    assert [r["errors"] for r in rows] == [r["errors"] for r in one]
+    for a, b in zip(rows, one):
+        assert a["cross_entropy"] == pytest.approx(b["cross_entropy"], rel=1e-5)

@@ -166,8 +166,8 @@ def test_cluster_profiles_give_every_job_its_resources(profile, tmp_path):
         assert needed <= set(res), (rule, needed - set(res))
         if rule in ("train_ows", "train_aows"):  # one GPU per data-parallel process
             assert res["gpu"] == str(processes), rule
-        if rule in ("greedy_trajectory", "proxy"):  # the training stages' GPU (D29)
-            assert res["gpu"] == "1", rule
+        if rule in ("greedy_trajectory", "proxy"):  # one GPU per scoring process (D29, D30)
+            assert res["gpu"] == str(preset["greedy"]["processes"]), rule
         if rule == "retrain_net":  # one GPU per data-parallel process (D30)
             assert res["gpu"] == str(retrain_processes), rule
         if rule in ("profile", "measure"):  # timing: on the modelled hardware, alone on the node

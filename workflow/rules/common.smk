@@ -32,6 +32,11 @@ def node_threads(section):
     return c["threads"] * c["processes"] // c["nodes"]
 
 
+def scoring_threads():
+    """CPUs of the greedy and proxy jobs: supernet.threads × greedy.processes (docs/method.md D30)."""
+    return config["supernet"]["threads"] * config["greedy"]["processes"]
+
+
 def stamp(stage, device=None):
     """Hash of a stage's settings and aows's version (Snakemake does not track package code)."""
     return lambda wildcards: settings_hash(

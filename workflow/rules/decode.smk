@@ -45,7 +45,7 @@ rule greedy_trajectory:
         "results/benchmarks/greedy_trajectory.tsv"
     conda:
         "../../envs/aows.yaml"
-    threads: config["supernet"]["threads"]
+    threads: scoring_threads()
     resources:
         mem_mb=4000,
         runtime=120,

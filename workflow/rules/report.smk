@@ -21,7 +21,7 @@ rule proxy:
         "results/benchmarks/proxy_{device}.tsv"
     conda:
         "../../envs/aows.yaml"
-    threads: config["supernet"]["threads"]
+    threads: scoring_threads()
     resources:
         mem_mb=4000,
         runtime=30,
