@@ -62,9 +62,12 @@ def background_load(core: int, seed: int = 7):
             proc.terminate()
 
 
-def session(cfg: dict, device: str, pairing: str, loaded: bool, d: Path, core: int) -> dict:
+def session(cfg: dict, device: str, pairing: str, loaded: bool, d: Path, core: int,
+            paired_min_time_ms: float | None = None) -> dict:
     """One profile → fit → validate session; returns its figures."""
     cfg = {**cfg, "profiling": {**cfg["profiling"], "pairing": pairing}}
+    if pairing == "paired" and paired_min_time_ms is not None:
+        cfg["profiling"]["min_time_ms"] = paired_min_time_ms
     name = f"{pairing}_{'loaded' if loaded else 'quiet'}"
     res, v, wall = latency_session(cfg, device, name, d, background_load(core) if loaded else None)
     return {"pairing": pairing, "load": "loaded" if loaded else "quiet", "sigma_n": res["sigma_n"],
@@ -82,20 +85,28 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a small space and few networks: checks that it runs")
     ap.add_argument("--max-rounds", type=int, default=1,
                     help="profiling rounds (D28); 1 compares the protocols on the same networks")
+    ap.add_argument("--reference-share", type=float, default=None,
+                    help="profiling.reference_share of the paired sessions (default: the config's)")
+    ap.add_argument("--paired-min-time-ms", type=float, default=None,
+                    help="profiling.min_time_ms of the paired sessions (default: the config's, as the interpolated ones)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = ap.parse_args()
     cfg = bench_config(args.quick, args.max_rounds)
+    if args.reference_share is not None:
+        cfg["profiling"]["reference_share"] = args.reference_share
     rows = []
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
         sample.run(cfg, {}, {"out": d / "configs.parquet"})
         for load in args.loads:
             for pairing in args.pairings:
-                rows.append(session(cfg, args.device, pairing, load == "loaded", d, args.core))
+                rows.append(session(cfg, args.device, pairing, load == "loaded", d, args.core, args.paired_min_time_ms))
                 r = rows[-1]
                 print(f"  {r['load']:6s} {r['pairing']:12s} σ_n {100 * r['sigma_n']:5.2f} %  NRMSE "
                       f"{100 * r['nrmse']:5.2f} %  ±10 % {100 * r['within_10pct']:5.1f} %  ({r['wall_s']:.0f} s)", flush=True)
-    print(f"\ndevice {args.device}, protocol {json.dumps({k: cfg['profiling'][k] for k in ('repeats', 'chunks', 'reference_every', 'retest', 'min_time_ms')})}")
+    keys = ("repeats", "chunks", "reference_share", "reference_every", "retest", "min_time_ms")
+    print(f"\ndevice {args.device}, protocol {json.dumps({k: cfg['profiling'][k] for k in keys})}"
+          + (f"; paired sessions min_time_ms {args.paired_min_time_ms}" if args.paired_min_time_ms is not None else ""))
     print("| load | pairing | σ_n | retest ±10 % | ref. jumps | held-out NRMSE | within ±10 % | Kendall τ | gate | re-timed | wall |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
