@@ -28,14 +28,6 @@ def launch_scoring(command: str, config: Mapping[str, Any], args: argparse.Names
     return True
 
 
-def scoring_accelerator(config: Mapping[str, Any], ddp: Dist) -> Accelerator:
-    """`train.device` as this process resolved it (its GPU under torchrun) in `train.precision` (D29)."""
-    from ..training.accelerator import Accelerator, check_precision
-
-    check_precision(str(config["train"]["precision"]), ddp.device)
-    return Accelerator(ddp.device, str(config["train"]["precision"]))
-
-
 def supernet_scorer(config: Mapping[str, Any], model_path: str | os.PathLike, space: SearchSpace, accel: Accelerator,
                     *, n_eval: int, n_cal: int, batch_size: int, ddp: Dist | None = None) -> SubnetScorer:
     """A scorer of the supernet in `model_path` on `accel`'s device: top-1 errors on the first `n_eval`

@@ -48,12 +48,13 @@ def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[
     from ..config import space_from_config
     from ..search.baselines import greedy_search
     from ..training.loop import progress_bar
-    from ._supernet import scoring_accelerator, supernet_scorer
+    from ..training.accelerator import accelerator
+    from ._supernet import supernet_scorer
 
     model_path = inputs["model"]
     space = space_from_config(config)
     g = config["greedy"]
-    accel = scoring_accelerator(config, ddp)
+    accel = accelerator(config, ddp.device)
     scorer = supernet_scorer(config, model_path, space, accel, n_eval=int(g["n_eval"]), n_cal=int(g["n_cal"]),
                              batch_size=int(g["batch_size"]), ddp=ddp)
     bar = progress_bar(progress and ddp.main, total=sum(len(c) - 1 for c in space.layer_choices), desc="greedy",

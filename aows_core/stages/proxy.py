@@ -52,14 +52,15 @@ def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[
     from .. import artifacts
     from ..config import space_from_config
     from ..search.decisions import sum_delta
-    from ._supernet import scoring_accelerator, supernet_scorer
+    from ..training.accelerator import accelerator
+    from ._supernet import supernet_scorer
 
     unaries, model = inputs["unaries"], inputs["model"]
     space = space_from_config(config)
     u, _, epoch = artifacts.read_unaries(unaries, space)
     finalists = artifacts.read_decisions(inputs["decisions"], space, device)
     d = config["data"]
-    accel = scoring_accelerator(config, ddp)
+    accel = accelerator(config, ddp.device)
     scorer = supernet_scorer(config, model, space, accel, n_eval=int(d["search_val"]), n_cal=int(d["calibration"]),
                              batch_size=int(config["greedy"]["batch_size"]), ddp=ddp)
     scored: dict[tuple[int, ...], int] = {}

@@ -83,7 +83,7 @@ def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[
     from ..evaluation import wilson_interval
     from ..nets.scoring import top1
     from ..artifacts.resume import clear_resume
-    from ..training.accelerator import Accelerator, check_precision
+    from ..training.accelerator import accelerator
     from ..training.distributed import bn_description, sum_over_ranks
     from ..training.retrain import train_network
 
@@ -101,8 +101,7 @@ def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[
     channels = [int(c) for c in row["channels"]]
     out_dir, resume_dir = Path(outputs["out_dir"]), Path(resume_dir)
     torch.set_num_threads(int(rt["threads"]))
-    check_precision(str(config["train"]["precision"]), ddp.device)
-    accel = Accelerator(ddp.device, str(config["train"]["precision"]))
+    accel = accelerator(config, ddp.device)
 
     spec = data_spec(config, "retrain", train_seed=seed)
     splits = load_splits(spec, pin_memory=accel.device.type == "cuda")

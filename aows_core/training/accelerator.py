@@ -82,9 +82,10 @@ def check_precision(precision: str, device: torch.device) -> None:
                           "scaler); on the CPU use train.precision: bf16 (or fp32), or set train.device to a GPU")
 
 
-def accelerator(config: Mapping[str, Any], local_rank: int = 0, local_world: int = 1) -> Accelerator:
-    """The validated config's `train:` section resolved on this machine for process `local_rank` of `local_world`."""
+def accelerator(config: Mapping[str, Any], device: torch.device | None = None) -> Accelerator:
+    """The validated config's `train:` section on `device` (a data-parallel process's, `Dist.device`), or resolved
+    on this machine; the precision is checked against the device."""
     t = config["train"]
-    device = resolve_device(str(t["device"]), local_rank, local_world)
+    device = resolve_device(str(t["device"])) if device is None else device
     check_precision(str(t["precision"]), device)
     return Accelerator(device, str(t["precision"]))

@@ -34,7 +34,7 @@ from ..artifacts import read_epoch_checkpoint, save_torch
 from ..config import data_spec, resume_settings, settings_hash, space_from_config
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
-from .accelerator import Accelerator, check_precision
+from .accelerator import Accelerator, accelerator
 from .distributed import Dist, average_buffers, data_parallel, mean_metrics, process_group, update_unaries
 from .loop import Position, progress_bar, run_epochs
 
@@ -208,9 +208,7 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
     R, B = int(sn["n_random"]), int(sn["batch_size"])
     lo, hi = shard_bounds(B, ddp.rank, ddp.world)
 
-    precision = str(config["train"]["precision"])
-    check_precision(precision, ddp.device)  # fp16 with several processes is refused when the config is read
-    accel = Accelerator(ddp.device, precision)
+    accel = accelerator(config, ddp.device)  # fp16 with several processes is refused when the config is read
     torch.manual_seed(seed)
     model = SlimmableMobileNetV1(space, channels_last=bool(sn["channels_last"])).to(accel.device)
     opt = torch.optim.SGD(model.parameters(), lr=sn["lr"], momentum=sn["momentum"], weight_decay=sn["weight_decay"],
