@@ -297,8 +297,8 @@ def stage_settings(config: Mapping, stage: str, device: str | None = None) -> di
 
 # Settings a resume checkpoint need not match: the global batch, the sample and configuration streams and the
 # checkpointed state do not depend on them, so a killed job resumes with another process count, accumulating
-# gradients over smaller passes where fewer processes hold the batch (D30).
-RESUMABLE_ACROSS = ("processes", "nodes", "micro_batch")
+# gradients over smaller passes where fewer processes hold the batch, BN synchronised over them or not (D30).
+RESUMABLE_ACROSS = ("processes", "nodes", "micro_batch", "sync_bn")
 
 
 def resume_settings(config: Mapping, stage: str) -> dict:

@@ -20,6 +20,7 @@ from torch import nn
 
 from ..space import SearchSpace, Theta, check_mobilenet_chain
 from . import TIMING_WEIGHT_STD, WEIGHT_ALIGN
+from .batchnorm import SyncBatchNorm2d
 
 
 
@@ -35,7 +36,7 @@ def edge_layers(t: Theta, c_in: int, c_out: int, bn: bool, device=None) -> nn.Mo
     def unit(ci: int, co: int, k: int, s: int, g: int) -> None:
         mods.append(_conv(ci, co, k, s, g, bias=not bn, device=device))
         if bn:
-            mods.append(nn.BatchNorm2d(co, device=device))
+            mods.append(SyncBatchNorm2d(co, device=device))  # nn.BatchNorm2d, over every rank's batch on request (D30)
         mods.append(nn.ReLU(inplace=True))
 
     if t.kind == "conv":

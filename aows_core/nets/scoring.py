@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..space import SearchSpace
-from .slimmable import at_least_float32
+from .batchnorm import at_least_float32
 
 
 class SubnetScorer:

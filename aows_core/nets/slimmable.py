@@ -4,7 +4,7 @@ A configuration uses the first c_i channels of every layer i; parameter names an
 of `nets.mobilenet.MobileNetV1(space, space.max_config)`. `forward(x)` runs the max configuration,
 `forward(x, widths)` runs per-sample widths (a (B, n_layers) tensor of channel counts, see
 `widths_tensor`) with every conv+BN+ReLU unit masked — the depthwise unit too (docs/method.md, D10) —
-and train-mode BatchNorm on masked batch statistics (`MaskedBNReLU`); `forward_sliced(x, channels)`
+and train-mode BatchNorm on masked batch statistics (`nets.batchnorm`); `forward_sliced(x, channels)`
 runs one configuration as a genuinely small network. Only the max configuration updates the BN
 running statistics unless `update_stats=True`. Under autocast (docs/method.md D29) the convolutions run
 in reduced precision while BatchNorm statistics and running buffers stay float32 (the masked and sliced
@@ -14,7 +14,7 @@ units normalise in float32). Memory format: `channels_last=True` keeps 4-d weigh
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..space import SearchSpace, check_mobilenet_chain
+from .batchnorm import at_least_float32, group_batch_norm
 from .mobilenet import MobileNetV1, edge_layers
 
 
@@ -40,78 +41,13 @@ def widths_tensor(space: SearchSpace, idx, device=None) -> torch.Tensor:
     return torch.as_tensor(out, device=device)
 
 
-def at_least_float32(t: torch.Tensor) -> torch.Tensor:
-    """t upcast to float32 when it is float16 or bfloat16 (autocast output), else t itself: BatchNorm's input (D29)."""
-    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
-
-
-def masked_batch_stats(z: torch.Tensor, m: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-channel mean, 1/std and element count of z (B, C, H, W) over the samples whose mask m (B, C) is 1.
-
-    Per-(sample, channel) sums of z and z² (fast inner reductions in either memory format; var_mean
-    over (H, W) is an order of magnitude slower on CPU), combined over active samples in float64.
-    """
-    hw = z.shape[2] * z.shape[3]
-    s1 = z.sum((2, 3)).double()
-    s2 = (z * z).sum((2, 3)).double()
-    md = m.to(torch.float64)
-    n = md.sum(0) * hw
-    nz = n.clamp_min(1.0)
-    mean = (s1 * md).sum(0) / nz
-    var = ((s2 * md).sum(0) / nz - mean * mean).clamp_min(0.0)  # biased, as BatchNorm normalises
-    return mean.to(z.dtype), torch.rsqrt(var + eps).to(z.dtype), n.to(z.dtype)
-
-
-class MaskedBNReLU(torch.autograd.Function):
-    """relu(BN(z)) · m with batch statistics over the active samples of each channel (train mode, §5, D10).
-
-    Channel c of sample b is active iff m[b, c] = 1. Mean and variance of channel c use only active
-    samples, so an inactive sample influences nothing; its output is exactly 0 and its gradient 0.
-    The mask is folded into per-(sample, channel) scale and shift (relu(0·z + 0) = 0), so the
-    forward is one fused multiply-add and a ReLU. Analytic backward (BatchNorm's, restricted to
-    active samples), checked by gradcheck.
-    """
-
-    @staticmethod
-    def forward(ctx, z, m, weight, bias, eps):
-        B, C = z.shape[:2]
-        mean, invstd, n = masked_batch_stats(z, m, eps)
-        m2 = m.to(z.dtype)
-        scale = weight * invstd
-        shift = bias - mean * scale
-        out = torch.empty_like(z)  # keeps z's memory format (a (B, C, 1, 1) first operand would not)
-        torch.addcmul((shift * m2).view(B, C, 1, 1), z, (scale * m2).view(B, C, 1, 1), out=out).relu_()
-        ctx.save_for_backward(z, m2, out, mean, invstd, weight, n)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        z, m2, out, mean, invstd, weight, n = ctx.saved_tensors
-        B, C = z.shape[:2]
-        g = torch.ops.aten.threshold_backward(grad_out, out, 0)  # through mask and ReLU: out > 0 iff active and y > 0
-        # Σ g·x̂ and Σ g per channel in one fused pass (BatchNorm's own backward reduction); g = 0 on
-        # inactive elements, so both sums run over active elements only.
-        _, sum_gx, sum_g = torch.ops.aten.native_batch_norm_backward(
-            g, z, weight, None, None, mean, invstd, True, 0.0, [False, True, True]
-        )
-        grad_z = None
-        if ctx.needs_input_grad[0]:
-            # dz = m · γ·invstd · (g − Σg/n − x̂ · Σgx̂/n)  =  A·g + m·(Bc·z + Dc)
-            nz = n.clamp_min(1.0)
-            A = weight * invstd
-            a, b = sum_g / nz, sum_gx / nz
-            Bc = -A * invstd * b
-            Dc = A * (mean * invstd * b - a)
-            grad_z = torch.empty_like(z)
-            torch.addcmul((Dc * m2).view(B, C, 1, 1), z, (Bc * m2).view(B, C, 1, 1), out=grad_z)
-            grad_z.addcmul_(g, A.view(1, C, 1, 1))
-        gw = sum_gx if ctx.needs_input_grad[2] else None
-        gb = sum_g if ctx.needs_input_grad[3] else None
-        return grad_z, None, gw, gb, None
-
-
 class SlimmableMobileNetV1(nn.Module):
-    """Max-width MobileNet-v1 whose configurations are front slices (§3), masked per sample (§5) or sliced."""
+    """Max-width MobileNet-v1 whose configurations are front slices (§3), masked per sample (§5) or sliced.
+
+    `bn_group` (set by `nets.batchnorm.synchronised`): train-mode BN statistics over that process group's
+    global batch (D30); None: this process's batch."""
+
+    bn_group: Any = None
 
     def __init__(self, space: SearchSpace, channels_last: bool = False, device=None):
         super().__init__()
@@ -179,10 +115,9 @@ class SlimmableMobileNetV1(nn.Module):
         In float32 whatever the autocast precision (docs/method.md D29): a reduced-precision z is upcast,
         as torch.amp.custom_fwd(cast_inputs=torch.float32) would, so the statistics are float32."""
         B, C = z.shape[:2]
-        weight, bias = bn.weight[:C], bn.bias[:C]
         if self.training:
-            with torch.autocast(z.device.type, enabled=False):
-                return MaskedBNReLU.apply(at_least_float32(z), m, weight, bias, bn.eps)
+            return group_batch_norm(z, m, bn, self.bn_group, relu=True, update_stats=False)
+        weight, bias = bn.weight[:C], bn.bias[:C]
         scale = weight * torch.rsqrt(bn.running_var[:C] + bn.eps)
         shift = bias - bn.running_mean[:C] * scale
         # z first, so that the result keeps z's memory format; the mask is folded into scale and shift
@@ -200,7 +135,8 @@ class SlimmableMobileNetV1(nn.Module):
 
         truncate: compute each layer only up to the batch's largest width of that layer (exact: the
         channels beyond it are zero for every sample). Under uniform sampling the batch maximum is
-        almost always the max width; under AOWS's concentrated sampling it saves real work.
+        almost always the max width; under AOWS's concentrated sampling it saves real work. With
+        `bn_group` set, the largest width of every rank's batch (so that all ranks reduce equal shapes).
         channels: run that one configuration sliced (= `forward_sliced(x, channels)`), so that a
         DistributedDataParallel wrapper, which only routes `forward`, can run every pass.
         """
@@ -215,6 +151,10 @@ class SlimmableMobileNetV1(nn.Module):
         widths = widths.to(x.device)
         if not truncate:
             hi = list(self._max)
+        elif self.bn_group is not None:  # BN over every rank's batch: every rank computes the global batch's widest
+            h = torch.tensor(hi, dtype=torch.int64, device=x.device)
+            torch.distributed.all_reduce(h, op=torch.distributed.ReduceOp.MAX, group=self.bn_group)
+            hi = h.tolist()
         dtype = x.dtype if x.dtype.is_floating_point else torch.float32
         m_in = x.new_ones((x.shape[0], self.space.in_channels), dtype=dtype)  # node 0 (fixed input channels)
         full = [self.space.in_channels, *hi]
@@ -258,6 +198,10 @@ class SlimmableMobileNetV1(nn.Module):
             for (conv, bn), (o, n_in, g) in zip(self._units(i), shapes):
                 w = conv.weight[:o] if g > 1 else conv.weight[:o, :n_in]
                 x = F.conv2d(x, w, None, conv.stride, conv.padding, conv.dilation, g)
+                if train and self.bn_group is not None:  # statistics of every rank's batch (D30)
+                    ones = torch.ones((x.shape[0], o), dtype=torch.float32, device=x.device)
+                    x = group_batch_norm(x, ones, bn, self.bn_group, relu=True, update_stats=update_stats)
+                    continue
                 if train:
                     if update_stats and bn.track_running_stats:
                         with torch.no_grad():

@@ -127,7 +127,7 @@ def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[
     label = {"decision": str(decision)} if decision is not None else {"network": net_key(channels)}
     meta = artifacts.provenance(space, retrain=dict(rt), data=spec.to_dict(), **label,
                                 train={**config["train"], "resolved_device": str(accel.device)},
-                                processes=ddp.world, bn=bn_description(ddp.world, masked=False),
+                                processes=ddp.world, bn=bn_description(ddp.world, masked=False, sync=bool(rt["sync_bn"])),
                                 interval="Wilson score, 95 %", schedule="linear warm-up, then cosine")
     artifacts.write_records([result], out_dir / "result.parquet", "retrain", meta)
     artifacts.save_torch({"space": space.to_dict(), "space_hash": space.hash, "channels": channels,

@@ -96,7 +96,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         loss=LOSS_DESCRIPTION, unaries=sn["unaries"],
         frozen_estimate=FROZEN_DESCRIPTION if sn["unaries"] == "frozen" else None,
         temperature_scale=res.sampler_scale, target_value=None if sampler is None else sampler.target,
-        processes=res.world, bn=bn_description(res.world), supernet=dict(sn), data=res.spec.to_dict(),
+        processes=res.world, bn=bn_description(res.world, sync=bool(sn["sync_bn"])), supernet=dict(sn), data=res.spec.to_dict(),
         train={**config["train"], "resolved_device": res.train_device},
     )
     meta["device"] = device  # recorded also when None (OWS)

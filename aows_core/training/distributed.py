@@ -9,9 +9,10 @@ D30): one bucketed all-reduce per optimiser step (the sandwich step's passes bef
 `no_sync()`). DDP's `forward_sync_buffers` (formerly `broadcast_buffers`) is off: floating buffers (BatchNorm
 running statistics, taken on each rank's shard) are averaged over ranks after every step (`average_buffers`), as
 before DDP.
-BatchNorm uses per-rank batch statistics (SyncBatchNorm runs on GPUs only and does not apply to
-`MaskedBNReLU`), so an N-process run is not numerically a 1-process run, but its sample and
-configuration streams (hence unary counts) are. Unaries (eq. average_error): OWS sums and counts are
+BatchNorm uses per-rank batch statistics unless `sync_bn` (`bn_group`; `nets.batchnorm.synchronised` during the
+training step: statistics of the global batch, torch's SyncBatchNorm rule for the masked BN and the CPU too), so
+without it an N-process run is not numerically a 1-process run, but its sample and configuration streams (hence
+unary counts) are. Unaries (eq. average_error): OWS sums and counts are
 all-reduced; AOWS window samples are gathered in rank order (`update_unaries`, passing the torch
 collectives into the numpy estimators of `search.unaries`). Metrics are averaged over ranks.
 """
@@ -28,12 +29,23 @@ import numpy as np
 import torch
 
 
-def bn_description(world: int, masked: bool = True) -> str:
+def bn_description(world: int, masked: bool = True, sync: bool = False) -> str:
     """How train-mode BN normalised a training batch (artifact metadata)."""
     if world == 1:
         return "batch statistics (masked per configuration)" if masked else "batch statistics"
-    return (f"per-rank batch statistics (no SyncBatchNorm): each of {world} processes normalises its 1/{world} of "
+    if sync:
+        return (f"global-batch statistics: sums all-reduced over the {world} processes (sync_bn), "
+                + ("masked per configuration, " if masked else "") + "as one process holding the batch")
+    return (f"per-rank batch statistics (no sync_bn): each of {world} processes normalises its 1/{world} of "
             "the batch; running statistics averaged over ranks every step")
+
+
+def bn_group(sync: bool) -> Any:
+    """The process group whose global batch train-mode BN normalises over (`nets.batchnorm.synchronised`): the
+    whole group with `sync` when one is initialised (several processes), else None (each rank's own shard)."""
+    import torch.distributed as dist
+
+    return dist.group.WORLD if sync and dist.is_available() and dist.is_initialized() else None
 
 
 @dataclass

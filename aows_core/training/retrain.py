@@ -30,7 +30,7 @@ from ..config import resume_settings, settings_hash
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
 from .accelerator import Accelerator
-from .distributed import Dist, average_buffers, data_parallel, mean_over_ranks
+from .distributed import Dist, average_buffers, bn_group, data_parallel, mean_over_ranks
 from .loop import Position, progress_bar, run_epochs
 
 
@@ -84,6 +84,7 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
     precision, resumable at any step; `ddp`: this process's place in a data-parallel run (default: alone).
 
     `seed` (default: the config's top-level seed) initialises the weights; the batches are the splits'."""
+    from ..nets.batchnorm import synchronised
     from ..nets.mobilenet import MobileNetV1
 
     rt = config["retrain"]
@@ -116,6 +117,7 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
         pos = Position(state["epoch"], state["step"])
         acc["seconds"], acc["loss_sum"], acc["loss_n"] = (state[k] for k in ("seconds", "loss_sum", "loss_n"))
     net = data_parallel(model, ddp)  # DDP broadcasts rank 0's parameters when built (identical by construction)
+    group = bn_group(bool(rt["sync_bn"]))
 
     def save() -> None:
         now = time.perf_counter()
@@ -140,7 +142,7 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
         for j, (a, b) in enumerate(chunks):
             last = j == len(chunks) - 1
             sync = contextlib.nullcontext() if last or ddp.world == 1 else net.no_sync()  # one all-reduce, at the last
-            with sync:
+            with sync, synchronised(model, group):  # every rank runs as many chunks
                 with accel.autocast():
                     logits = net(x[a:b]).float()
                 # the shard's mean loss, accumulated over its chunks

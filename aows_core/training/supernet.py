@@ -35,7 +35,7 @@ from ..config import data_spec, resume_settings, settings_hash, space_from_confi
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
 from .accelerator import Accelerator, accelerator
-from .distributed import Dist, average_buffers, data_parallel, mean_metrics, process_group, update_unaries
+from .distributed import Dist, average_buffers, bn_group, data_parallel, mean_metrics, process_group, update_unaries
 from .loop import Position, progress_bar, run_epochs
 
 LOSS_DESCRIPTION = "hard-label CE(sampled configuration) - CE(max configuration), same sample and step, train-mode BN"
@@ -153,6 +153,7 @@ class _Run:
     acc: EpochAccumulator = field(default_factory=EpochAccumulator)
     adaptive: bool = False
     t_last: float = 0.0
+    bn_group: Any = None  # the process group train-mode BN normalises over (supernet.sync_bn, D30), else None
 
 
 @dataclass
@@ -218,7 +219,7 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
                 splits=splits, model=model, net=model, opt=opt, estimator=estimator, sampler=sampler,
                 schedule=schedule, run_id=run_id(config, method, device, target), ddp=ddp, accel=accel,
                 scaler=accel.grad_scaler(), label_smoothing=sn["label_smoothing"], unaries=sn["unaries"],
-                est=_estimation_settings(sn, aw, steps * B))
+                est=_estimation_settings(sn, aw, steps * B), bn_group=bn_group(bool(sn["sync_bn"])))
 
 
 def _estimation_settings(sn: Mapping[str, Any], aw: Mapping[str, Any], epoch_images: int) -> dict[str, int]:
@@ -307,6 +308,7 @@ def _refresh_fit(run: _Run, epoch: int, step: int, n: int, temperature: float | 
 
 def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
     """One sandwich step at run.pos (§3, §5/§6 sampling), unaries and metrics updated; the bar's postfix."""
+    from ..nets.batchnorm import synchronised
     from ..nets.sandwich import sandwich_step
     from ..nets.slimmable import widths_tensor
     from ..search.sampler import uniform_layer_indices
@@ -327,8 +329,9 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
         idx = uniform_layer_indices(space, R * B, rng)
     idx = idx.reshape(R, B, space.n_layers)[:, lo:hi]  # configurations of this rank's samples
     widths = widths_tensor(space, idx.reshape(-1, space.n_layers)).reshape(R, hi - lo, space.n_layers)
-    res = sandwich_step(run.net, x, y, widths, run.opt, R, label_smoothing=run.label_smoothing, step=step,
-                        autocast=run.accel.autocast, scaler=run.scaler)
+    with synchronised(run.model, run.bn_group):  # every rank runs the step's passes in lockstep
+        res = sandwich_step(run.net, x, y, widths, run.opt, R, label_smoothing=run.label_smoothing, step=step,
+                            autocast=run.accel.autocast, scaler=run.scaler)
     update_unaries(run.estimator, idx, res.diffs(), ddp.world)
     if ddp.world > 1:
         average_buffers(run.model, ddp.world)  # BN running statistics of every rank's shard (D30)

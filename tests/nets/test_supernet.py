@@ -10,7 +10,8 @@ from torch import nn
 
 from aows_core.nets.mobilenet import MobileNetV1
 from aows_core.nets.sandwich import NonFiniteLoss, sandwich_step
-from aows_core.nets.slimmable import MaskedBNReLU, SlimmableMobileNetV1, widths_tensor
+from aows_core.nets.batchnorm import MaskedBatchNorm
+from aows_core.nets.slimmable import SlimmableMobileNetV1, widths_tensor
 from aows_core.space import get_space, mobilenet_v1_space
 
 torch.set_num_threads(1)
@@ -163,14 +164,45 @@ def test_masked_bn_relu_gradcheck_and_statistics():
     m[0, 1:] = 1
     w = torch.randn(C, dtype=torch.double, generator=g, requires_grad=True)
     b = torch.randn(C, dtype=torch.double, generator=g, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda z, w, b: MaskedBNReLU.apply(z, m, w, b, 1e-5), (z, w, b))
-    out = MaskedBNReLU.apply(z, m, w, b, 1e-5)
+    assert torch.autograd.gradcheck(lambda z, w, b: MaskedBatchNorm.apply(z, m, w, b, 1e-5), (z, w, b))
+    out = MaskedBatchNorm.apply(z, m, w, b, 1e-5)
     assert torch.all(out[m == 0] == 0)
     for c in range(1, C):  # channel c's statistics come from its active samples only
         act = m[:, c] > 0
         zc = z[act, c]
         ref = torch.relu((zc - zc.mean()) / torch.sqrt(zc.var(unbiased=False) + 1e-5) * w[c] + b[c])
         torch.testing.assert_close(out[act, c], ref)
+
+
+def test_unmasked_batch_norm_is_torchs_batch_norm_with_its_running_statistics():
+    """All-ones mask, no ReLU (SyncBatchNorm2d's path, D30): output, gradients and running statistics of
+    nn.BatchNorm2d in train mode (momentum and cumulative averaging)."""
+    from aows_core.nets.batchnorm import SyncBatchNorm2d, group_batch_norm
+
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(6, 5, 4, 3, dtype=torch.double, generator=g, requires_grad=True)
+    ones = torch.ones(6, 5, dtype=torch.double)
+    w = torch.randn(5, dtype=torch.double, generator=g, requires_grad=True)
+    b = torch.randn(5, dtype=torch.double, generator=g, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda z, w, b: MaskedBatchNorm.apply(z, ones, w, b, 1e-5, None, False), (z, w, b))
+    for momentum in (0.1, None):
+        ref, ours = (nn.BatchNorm2d(5, momentum=momentum).double().train() for _ in range(2))
+        assert isinstance(SyncBatchNorm2d(5), nn.BatchNorm2d)
+        for mod in (ref, ours):
+            mod.weight.data.copy_(w.detach())
+            mod.bias.data.copy_(b.detach())
+        for step in range(3):
+            x = (z.detach() * (step + 1)).requires_grad_(True)
+            x2 = x.detach().clone().requires_grad_(True)
+            y_ref = ref(x)
+            y = group_batch_norm(x2, ones, ours, None, relu=False, update_stats=True)
+            torch.testing.assert_close(y, y_ref)
+            y_ref.pow(2).sum().backward()
+            y.pow(2).sum().backward()
+            torch.testing.assert_close(x2.grad, x.grad)
+        for k, v in ref.state_dict().items():
+            torch.testing.assert_close(ours.state_dict()[k], v, msg=k)
+        torch.testing.assert_close(ours.weight.grad, ref.weight.grad)
 
 
 def test_sandwich_step_outputs_and_gradient_of_the_sum(space):

@@ -157,9 +157,12 @@ class _ManualAveraging:
         self.opt.step()
 
 
-def _sandwich_states(rank: int, world: int, steps: int = 3, batch: int = 8) -> dict[str, dict]:
-    """The supernet's state after `steps` sandwich steps on this rank's shards, through the manual reference and
-    through DistributedDataParallel (`data_parallel`, then `average_buffers`), from the same initialisation."""
+def _sandwich_states(rank: int, world: int, steps: int = 3, batch: int = 8,
+                     paths: tuple[str, ...] = ("manual", "ddp", "sync")) -> dict[str, dict]:
+    """The supernet's state after `steps` sandwich steps on this rank's shards, from the same initialisation:
+    through the manual reference, through DistributedDataParallel (`data_parallel`, then `average_buffers`) and
+    through DDP with BatchNorm over the global batch (`synchronised`, supernet.sync_bn)."""
+    from aows_core.nets.batchnorm import synchronised
     from aows_core.nets.sandwich import sandwich_step
     from aows_core.nets.slimmable import widths_tensor
     from aows_core.search.sampler import uniform_layer_indices
@@ -167,35 +170,38 @@ def _sandwich_states(rank: int, world: int, steps: int = 3, batch: int = 8) -> d
     space = space_from_config(validate(TINY))
     lo, hi = _shard(batch, rank, world)
     out = {}
-    for path in ("manual", "ddp"):
+    for path in paths:
         torch.manual_seed(0)
         model = SlimmableMobileNetV1(space)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=4e-5)
         net, step_opt = ((model, _ManualAveraging(opt, model, world)) if path == "manual"
                          else (data_parallel(model, Dist(rank, world)), opt))
+        group = dist.group.WORLD if path == "sync" else None
         g, rng = torch.Generator().manual_seed(1), np.random.default_rng(2)
         for _ in range(steps):
             x, y = torch.randn(batch, 1, 28, 28, generator=g), torch.randint(0, 10, (batch,), generator=g)
             idx = uniform_layer_indices(space, R * batch, rng).reshape(R, batch, space.n_layers)[:, lo:hi]
             widths = widths_tensor(space, idx.reshape(-1, space.n_layers)).reshape(R, hi - lo, space.n_layers)
-            sandwich_step(net, x[lo:hi], y[lo:hi], widths, step_opt, R)
-            if path == "ddp":
+            with synchronised(model, group):
+                sandwich_step(net, x[lo:hi], y[lo:hi], widths, step_opt, R)
+            if path != "manual":
                 average_buffers(model, world)
         out[path] = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return out
 
 
-def _sandwich_worker(rank: int, world: int, path: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous", rank=rank, world_size=world)
+def _sandwich_worker(rank: int, world: int, path: str, steps: int = 3,
+                     paths: tuple[str, ...] = ("manual", "ddp")) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous{world}", rank=rank, world_size=world)
     try:
-        torch.save(_sandwich_states(rank, world), f"{path}/sandwich{rank}.pt")
+        torch.save(_sandwich_states(rank, world, steps, paths=paths), f"{path}/sandwich{world}_{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
 def test_ddp_sandwich_steps_reach_the_manual_all_reduce_parameters(tmp_path):
     mp.spawn(_sandwich_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
-    ranks = [torch.load(tmp_path / f"sandwich{r}.pt") for r in (0, 1)]
+    ranks = [torch.load(tmp_path / f"sandwich2_{r}.pt") for r in (0, 1)]
     torch.manual_seed(0)
     start = SlimmableMobileNetV1(space_from_config(validate(TINY))).state_dict()
     for states in ranks:
@@ -209,6 +215,26 @@ def test_ddp_sandwich_steps_reach_the_manual_all_reduce_parameters(tmp_path):
         assert any(not torch.equal(manual[k], start[k]) for k in start)  # the steps moved the weights
     for k in ranks[0]["ddp"]:  # both ranks hold one model
         assert torch.equal(ranks[0]["ddp"][k], ranks[1]["ddp"][k]), k
+
+
+def test_synchronised_batch_norm_makes_two_processes_take_the_one_process_step(tmp_path):
+    """supernet.sync_bn (D30): the max, sliced and masked passes normalise each shard with the global batch's
+    statistics, so two processes take the step one process takes on the whole batch (same BN arithmetic: a
+    one-process group; tests/nets/test_supernet.py checks it against nn.BatchNorm2d), running statistics
+    included; with per-rank statistics they do not. One step: this tiny network on random data is chaotic
+    enough that float32 rounding grows to O(1) within three steps at lr 0.1."""
+    mp.spawn(_sandwich_worker, args=(2, str(tmp_path), 1, ("ddp", "sync")), nprocs=2, join=True)
+    mp.spawn(_sandwich_worker, args=(1, str(tmp_path), 1, ("ddp", "sync")), nprocs=1, join=True)
+    one = torch.load(tmp_path / "sandwich1_0.pt")
+    for rank in (0, 1):
+        two = torch.load(tmp_path / f"sandwich2_{rank}.pt")
+        for k, v in one["sync"].items():
+            if v.is_floating_point():
+                torch.testing.assert_close(two["sync"][k], v, rtol=0, atol=1e-5, msg=k)
+            else:
+                assert torch.equal(two["sync"][k], v), k
+        gap = max((two["ddp"][k] - v).abs().max().item() for k, v in one["ddp"].items() if v.is_floating_point())
+        assert gap > 1e-1  # per-rank statistics of 4 images: another step
 
 
 # ---------------------------------------------------------------- data-parallel retraining (docs/method.md D30)
@@ -241,11 +267,12 @@ class _Recording:
             yield x, y
 
 
-def _retrain(rank: int, world: int, resume: str, stop_after: int | None = None, micro_batch: int | None = None):
-    """`train_network` of the min network (frozen BN) in this rank's place; the result and the batches it read."""
+def _retrain(rank: int, world: int, resume: str, stop_after: int | None = None, micro_batch: int | None = None,
+             sync_bn: bool = False):
+    """`train_network` of the min network in this rank's place; the result and the batches it read."""
     from aows_core.training.retrain import train_network
 
-    cfg = validate({**RETRAIN, "retrain": {**RETRAIN["retrain"], "micro_batch": micro_batch}})
+    cfg = validate({**RETRAIN, "retrain": {**RETRAIN["retrain"], "micro_batch": micro_batch, "sync_bn": sync_bn}})
     space = space_from_config(cfg)
     splits = _Recording(load_splits(data_spec(cfg, "retrain")))
     res = train_network(cfg, space, space.min_config, splits, resume, Accelerator(torch.device("cpu"), "fp32"),
@@ -309,6 +336,34 @@ def test_two_process_retraining_sees_the_global_batches_and_reaches_the_one_proc
             torch.testing.assert_close(hand.model.state_dict()[k], v, rtol=0, atol=1e-5, msg=k)
 
 
+def _sync_retrain_worker(rank: int, world: int, path: str) -> None:
+    """One retraining step with BatchNorm over the group's global batch (retrain.sync_bn): the weights after it."""
+    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous{world}", rank=rank, world_size=world)
+    try:
+        res, _ = _retrain(rank, world, f"{path}/resume_sync{world}", stop_after=1, sync_bn=True)
+        torch.save(res.model.state_dict(), f"{path}/sync{world}_{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_process_retraining_with_synchronised_batch_norm_takes_the_one_process_step(tmp_path):
+    """Train-mode BN (not frozen) over the global batch: two processes of 16 images take the step of one process
+    holding all 32 (D30; that process in a group of one, for the same BN arithmetic). One step: with train-mode BN
+    on 32 random-label images, float32 rounding grows ~30-fold per step here (1.8e-6, 6e-5, 5e-2 after 1-3)."""
+    mp.spawn(_sync_retrain_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_sync_retrain_worker, args=(1, str(tmp_path)), nprocs=1, join=True)
+    one = torch.load(tmp_path / "sync1_0.pt")
+    torch.manual_seed(0)  # train_network's initialisation (the config's seed)
+    start = MobileNetV1(space_from_config(validate(RETRAIN)), space_from_config(validate(RETRAIN)).min_config)
+    assert any(not torch.equal(one[k], v) for k, v in start.state_dict().items())  # the step moved the weights
+    for two in (torch.load(tmp_path / f"sync2_{k}.pt") for k in (0, 1)):
+        for k, v in one.items():
+            if v.is_floating_point():
+                torch.testing.assert_close(two[k], v, rtol=0, atol=1e-5, msg=k)
+            else:
+                assert torch.equal(two[k], v), k
+
+
 def test_micro_batches_accumulate_the_whole_batch_gradient(tmp_path, monkeypatch):
     """retrain.micro_batch: chunks of a batch accumulate to its gradient (frozen BN: within float rounding), and
     unset it is one pass; the chunks cover the batch in near-equal parts."""
@@ -344,11 +399,13 @@ def test_aows_retrain_with_two_processes_relaunches_under_torchrun_and_evaluates
             net_key(space.min_config), "--out-dir", str(tmp_path / "two"), "--resume-dir", str(tmp_path / "r2"), "--quiet"]
     subprocess.run(base + ["--stop-after", "2"], check=True, timeout=300)
     assert not (tmp_path / "two/result.parquet").exists() and (tmp_path / "r2/checkpoint.pt").exists()
-    subprocess.run(base, check=True, timeout=300)
+    # resumed with BatchNorm over the global batch: the checkpoint does not depend on it (D30)
+    sync = json.dumps({**two, "retrain": {**two["retrain"], "sync_bn": True}})
+    subprocess.run([sync if a == json.dumps(two) else a for a in base], check=True, timeout=300)
     table, meta = io.read_table(tmp_path / "two/result.parquet", "retrain")
     (row,) = table.to_pylist()
     assert row["test_n"] == 10_000 and 0 <= row["test_correct"] <= row["test_n"]  # Fashion-MNIST's test split, once
-    assert meta["processes"] == 2 and meta["bn"].startswith("per-rank batch statistics")
+    assert meta["processes"] == 2 and meta["bn"].startswith("global-batch statistics")
     assert not (tmp_path / "r2/checkpoint.pt").exists()
 
 

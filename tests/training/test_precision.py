@@ -10,7 +10,8 @@ from aows_core import artifacts as io
 from aows_core.config import STAGE_SECTIONS, ConfigError, net_key, settings_hash, space_from_config, stage_settings
 from aows_core.config import validate
 from aows_core.nets.sandwich import sandwich_step
-from aows_core.nets.slimmable import MaskedBNReLU, SlimmableMobileNetV1, widths_tensor
+from aows_core.nets.batchnorm import MaskedBatchNorm
+from aows_core.nets.slimmable import SlimmableMobileNetV1, widths_tensor
 from aows_core.search.sampler import uniform_layer_indices
 from aows_core.stages import retrain as retrain_stage
 from aows_core.training.accelerator import Accelerator, accelerator, resolve_device
@@ -91,9 +92,9 @@ def test_masked_batchnorm_normalises_in_float32_under_bf16_autocast(tiny_space):
     m = (torch.rand(6, C) > 0.3).float()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = net._masked_bn_relu(z, bn, m)
-    ref = MaskedBNReLU.apply(z.float(), m, bn.weight, bn.bias, bn.eps)  # float32 statistics of the same inputs
+    ref = MaskedBatchNorm.apply(z.float(), m, bn.weight, bn.bias, bn.eps)  # float32 statistics of the same inputs
     assert out.dtype == torch.float32 and torch.equal(out, ref)
-    low = MaskedBNReLU.apply(z, m, bn.weight.bfloat16(), bn.bias.bfloat16(), bn.eps)  # what bfloat16 BN would give
+    low = MaskedBatchNorm.apply(z, m, bn.weight.bfloat16(), bn.bias.bfloat16(), bn.eps)  # what bfloat16 BN would give
     assert not torch.equal(out, low.float())
 
 
