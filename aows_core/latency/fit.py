@@ -2,6 +2,9 @@
 
     min_x ‖A x − l‖² + λ ‖max(V x, 0)‖₁ + ρ ‖x‖²   subject to x ≥ 0      (docs/method.md D5, D7)
 
+By default the rows are weighted by median(l)/l_p (`weighting: relative`, D32): the squared residuals are
+relative errors, the least-squares fit that matches multiplicative timing noise (σ_n is relative).
+
 It is solved in a sparse *residual form* (never forming the dense Gram AᵀA): with residuals
 r = A x − l and hinge slacks s,
 
@@ -260,6 +263,25 @@ def fit_cvxpy(
     )
 
 
+WEIGHTINGS = ("relative", "absolute")
+
+
+def weighted_rows(A: sp.spmatrix, l: np.ndarray, weighting: str) -> tuple[sp.csr_matrix, np.ndarray]:
+    """(W A, W l) with W = diag(median(l) / l) for `relative` (squared residuals in relative units, D32), (A, l) for
+    `absolute` (eq. linear_lat as written)."""
+    A = sp.csr_matrix(A, dtype=np.float64)
+    l = np.asarray(l, dtype=np.float64).ravel()
+    if weighting == "absolute":
+        return A, l
+    if weighting != "relative":
+        raise ValueError(f"lut.weighting must be one of {WEIGHTINGS}; got {weighting!r}")
+    if len(l) and not np.all(l > 0):
+        raise LUTFitError(f"{int(np.sum(~(l > 0)))} measured latencies are not positive; relative weighting needs "
+                          "positive latencies (lut.weighting: absolute fits them as they are)")
+    w = np.median(l) / l if len(l) else l
+    return sp.diags(w) @ A, w * l
+
+
 def lambda_scan(
     A_tr: sp.spmatrix,
     l_tr: np.ndarray,
@@ -269,10 +291,12 @@ def lambda_scan(
     lambdas: Sequence[float] = DEFAULT_LAMBDAS,
     ridge: float = DEFAULT_RIDGE,
     space: SearchSpace | None = None,
+    weighting: str = "relative",
     **osqp_settings: Any,
 ) -> tuple[int, list[FitResult], list[dict[str, Any]]]:
-    """Fit §4's objective over the λ grid on train; pick the λ of least lambda_val RMSE; rows of the "lut_fit" schema."""
-    results = fit_osqp(A_tr, l_tr, V, lambdas, ridge=ridge, space=space, **osqp_settings)
+    """Fit §4's objective (rows weighted by `weighting`) over the λ grid on train; pick the λ of least lambda_val
+    RMSE; rows of the "lut_fit" schema (errors of the unweighted predictions)."""
+    results = fit_osqp(*weighted_rows(A_tr, l_tr, weighting), V, lambdas, ridge=ridge, space=space, **osqp_settings)
     rows = [scan_row(f, A_tr, l_tr, A_val, l_val) for f in results]
     best = int(np.argmin([r["val_rmse_ms"] for r in rows]))  # first minimum: ties go to the earlier grid entry
     rows[best]["chosen"] = True
@@ -322,6 +346,7 @@ def robust_lambda_scan(
     threshold: float = 4.0,
     max_rounds: int = 3,
     space: SearchSpace | None = None,
+    weighting: str = "relative",
 ) -> tuple[int, list[FitResult], list[dict[str, Any]], np.ndarray]:
     """`lambda_scan` with outlier rejection: refit without networks whose relative residual exceeds
     `threshold` robust standard deviations (1.4826·MAD), recomputed on all rows each round.
@@ -335,7 +360,8 @@ def robust_lambda_scan(
     A_tr = sp.csr_matrix(A_tr)
     keep = np.ones(len(l_tr), dtype=bool)
     for _ in range(max_rounds):
-        best, results, rows = lambda_scan(A_tr[keep], l_tr[keep], A_val, l_val, V, lambdas, ridge=ridge, space=space)
+        best, results, rows = lambda_scan(A_tr[keep], l_tr[keep], A_val, l_val, V, lambdas, ridge=ridge, space=space,
+                                          weighting=weighting)
         if threshold <= 0:
             break
         rel = (A_tr @ results[best].x - l_tr) / l_tr
@@ -377,7 +403,7 @@ def fit_table(
     else:
         best, results, rows, keep = robust_lambda_scan(
             A_tr, l_tr, A_val, l_val, V, lut_cfg["lambdas"], ridge=lut_cfg["ridge"],
-            threshold=lut_cfg["outlier_threshold"],
+            threshold=lut_cfg["outlier_threshold"], weighting=lut_cfg["weighting"],
         )
     n_obs = observation_counts(A_tr[keep])
     return best, results, rows, keep, n_obs

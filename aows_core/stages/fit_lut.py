@@ -67,7 +67,9 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         train_rmse_ms=rows[best]["train_rmse_ms"],
         val_rmse_ms=rows[best]["val_rmse_ms"],
         val_nrmse=rows[best]["val_nrmse"],
-        formulation="min ||Ax - l||^2 + lam*||max(Vx, 0)||_1 + ridge*||x||^2 s.t. x >= 0 (OSQP, residual form)",
+        weighting=config["lut"]["weighting"],
+        formulation=("min ||W(Ax - l)||^2 + lam*||max(Vx, 0)||_1 + ridge*||x||^2 s.t. x >= 0 (OSQP, residual form; "
+                     + ("W = diag(median(l)/l))" if config["lut"]["weighting"] == "relative" else "W = I)")),
     )
     artifacts.write_records(lut.lut_records(space, chosen.x, n_obs), outputs["out"], "lut", meta)
     artifacts.write_records(rows, outputs["report"], "lut_fit",

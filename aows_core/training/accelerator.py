@@ -82,10 +82,23 @@ def check_precision(precision: str, device: torch.device) -> None:
                           "scaler); on the CPU use train.precision: bf16 (or fp32), or set train.device to a GPU")
 
 
+def deterministic_cuda() -> None:
+    """Deterministic CUDA kernels (`train.deterministic`, D29): exact resume on GPUs as on the CPU.
+
+    CUBLAS_WORKSPACE_CONFIG must be set before cuBLAS's first use in the process (a user's own value is kept)."""
+    import os
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+
+
 def accelerator(config: Mapping[str, Any], device: torch.device | None = None) -> Accelerator:
     """The validated config's `train:` section on `device` (a data-parallel process's, `Dist.device`), or resolved
-    on this machine; the precision is checked against the device."""
+    on this machine; the precision is checked against the device, CUDA made deterministic on request."""
     t = config["train"]
     device = resolve_device(str(t["device"])) if device is None else device
     check_precision(str(t["precision"]), device)
+    if t["deterministic"] and device.type == "cuda":
+        deterministic_cuda()
     return Accelerator(device, str(t["precision"]))

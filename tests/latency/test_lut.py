@@ -241,6 +241,40 @@ def test_noisy_fit_error_is_close_to_the_injected_noise(small):
     assert 0.85 * sigma < rel_meas < 1.25 * sigma  # against measurements: about the noise floor
 
 
+def test_relative_weighting_fits_relative_errors_under_relative_noise(small):
+    """lut.weighting (D32): both weightings recover a noise-free table; under relative (multiplicative) noise on
+    networks spanning a wide latency range, the relative fit's held-out relative error is lower, overall and on the
+    fast networks, and a non-positive latency is refused for it."""
+    rng = np.random.default_rng(5)
+    x_true = truth(small, per_mmac=1.0)  # the min network 6.5× faster than the max
+
+    def levelled(n):  # every layer near one random level of its choices: fast and slow networks alike
+        u = rng.random((n, 1)) + 0.15 * rng.standard_normal((n, len(small.choices)))
+        return np.stack([np.clip(np.rint(u[:, i] * (len(c) - 1)), 0, len(c) - 1) for i, c in enumerate(small.choices)],
+                        axis=1).astype(np.int64)
+
+    idx_tr = np.vstack([covering_idx(small, 0, rng), levelled(400)])
+    idx_val, idx_te = levelled(150), levelled(1000)
+    A_tr, A_val, A_te = (lut.design_matrix(small, i) for i in (idx_tr, idx_val, idx_te))
+    V, clean_te = lut.monotonicity_matrix(small), A_te @ x_true
+    assert clean_te.max() > 3 * clean_te.min()
+    for weighting in fit.WEIGHTINGS:
+        best, res, _ = fit.lambda_scan(A_tr, A_tr @ x_true, A_val, A_val @ x_true, V, [0.0], space=small,
+                                       weighting=weighting)
+        assert np.max(np.abs(A_te @ res[best].x - clean_te) / clean_te) < 5e-3  # OSQP's tolerance (eps 2e-4)
+    noisy = lambda A: (A @ x_true) * np.exp(0.05 * rng.standard_normal(A.shape[0]))  # noqa: E731
+    l_tr, l_val = noisy(A_tr), noisy(A_val)
+    err = {}
+    for weighting in fit.WEIGHTINGS:
+        best, res, _ = fit.lambda_scan(A_tr, l_tr, A_val, l_val, V, space=small, weighting=weighting)
+        err[weighting] = (A_te @ res[best].x - clean_te) / clean_te
+    fast = clean_te < np.quantile(clean_te, 0.25)
+    rms = {w: (np.sqrt(np.mean(e**2)), np.sqrt(np.mean(e[fast] ** 2))) for w, e in err.items()}
+    assert rms["relative"][0] < rms["absolute"][0] and rms["relative"][1] < rms["absolute"][1]
+    with pytest.raises(fit.LUTFitError, match="not positive.*lut.weighting: absolute"):
+        fit.weighted_rows(A_tr, np.r_[0.0, l_tr[1:]], "relative")
+
+
 def test_osqp_matches_cvxpy_scs_objective(clean_problem):
     p = clean_problem
     rng = np.random.default_rng(4)

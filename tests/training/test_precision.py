@@ -1,6 +1,8 @@
 """Device and precision of the training stages (`train:`, docs/method.md D29): the rule, its errors, its hash,
 bf16 autocast that trains, resumes exactly and keeps BatchNorm in float32; CUDA checks where a GPU is present."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -168,7 +170,7 @@ def test_a_bf16_supernet_trains_and_resumes_exactly(bf16_supernet, tmp_path):
     assert all(weights[k].dtype == init[k].dtype for k in init)  # float32 weights and BN statistics
     assert not _same(weights, init)
     meta = io.read_table(d / "out/metrics.parquet", "train_metrics")[1]
-    assert meta["train"] == {**BF16, "resolved_device": "cpu"}
+    assert meta["train"] == {**BF16, "deterministic": False, "resolved_device": "cpu"}
     r = train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="ows", progress=False, stop_after_steps=5)
     assert not r["complete"] and r["step"] == 5  # between checkpoints (every 3 steps)
     train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="ows", progress=False)
@@ -258,6 +260,22 @@ def test_bf16_proxy_scores_agree_with_fp32(bf16_supernet, tmp_path):
         assert a["sum_delta"] == b["sum_delta"] and abs(a["supernet_acc"] - b["supernet_acc"]) <= 0.1
 
 
+def test_deterministic_makes_cuda_deterministic_and_leaves_the_cpu_alone(monkeypatch):
+    """train.deterministic (D29): deterministic kernels, cuDNN autotuning off and cuBLAS's workspace setting for a
+    CUDA device (no GPU needed to resolve one); nothing changes for the CPU or without the key."""
+    calls = []
+    monkeypatch.setattr(torch, "use_deterministic_algorithms", lambda on: calls.append(on))
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    on = validate({"train": {"deterministic": True}})
+    assert accelerator(on, torch.device("cpu")).device.type == "cpu" and calls == []
+    accelerator(validate({}), torch.device("cuda", 0))
+    assert calls == [] and torch.backends.cudnn.benchmark
+    assert accelerator(on, torch.device("cuda", 0)).device == torch.device("cuda", 0)
+    assert calls == [True] and not torch.backends.cudnn.benchmark
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
 # ---- CUDA: one command checks a GPU install ------------------------------------------------------
 @cuda
 def test_one_supernet_step_on_cuda_in_bf16(tmp_path):
@@ -278,6 +296,25 @@ def test_one_retraining_step_on_cuda_in_bf16(tmp_path):
     state = torch.load(tmp_path / "resume/checkpoint.pt", map_location="cpu", weights_only=False)["model"]
     assert all(not v.is_floating_point() or (v.dtype == torch.float32 and torch.isfinite(v).all())
                for v in state.values())
+
+
+@cuda
+def test_a_deterministic_cuda_retraining_resumes_exactly(tmp_path):
+    """train.deterministic on CUDA: stopped mid-epoch and resumed, the weights equal an uninterrupted run's."""
+    cfg = validate({**TINY, "train": {"device": "cuda", "precision": "fp32", "deterministic": True},
+                    "retrain": {**TINY["retrain"], "epochs": 2, "checkpoint_every": 3}})
+    channels = net_key(space_from_config(cfg).max_config)
+
+    def run(name, stop_after=None):
+        return retrain_stage.run(cfg, {}, {"out_dir": tmp_path / name}, resume_dir=tmp_path / f"r_{name}",
+                                 channels=channels, progress=False, stop_after=stop_after)
+
+    full = run("full")
+    assert not run("resumed", stop_after=5)["complete"]
+    resumed = run("resumed")
+    assert resumed["test_correct"] == full["test_correct"]
+    assert _same(torch.load(tmp_path / "resumed/model.pt", weights_only=False)["model"],
+                 torch.load(tmp_path / "full/model.pt", weights_only=False)["model"])
 
 
 @cuda
