@@ -45,7 +45,9 @@ def test_hidden_table_is_recovered_to_the_noise_floor(run):
     d, cfg, space, fit, val = run
     m, sigma = val["lut"], val["sigma_n"]
     assert 0 < sigma < 0.02
-    assert m["nrmse"] <= 1.5 * sigma + 0.01  # the 1 % non-additive term is not representable
+    # the non-additive term (±1 % of the total, a sinusoid in MACs) is not representable; the relative fit (D32)
+    # leaves a little more of it on the slow networks that dominate NRMSE: 2.09 % (absolute fit: 2.06 %) at σ_n 0.71 %
+    assert m["nrmse"] <= 1.5 * sigma + 0.0125
     assert m["within_10pct"] >= 0.98 and m["kendall_tau"] >= 0.9
     assert m["nrmse"] <= 0.5 * val["flops_proportional"]["nrmse"]
     # against the noise-free truth (up to the drift baseline's common scale)
