@@ -457,4 +457,5 @@ def data_spec(config: Mapping[str, Any], section: str | None = "supernet", train
         train_subset=retrain_subset(config) if section == "retrain" else d["train_subset"],
         seed=seed, train_seed=None if train_seed is None or int(train_seed) == seed else int(train_seed),
         channels_last=s["channels_last"], num_workers=d["num_workers"], prefetch_factor=d["prefetch_factor"],
+        augment=s["augment"],
     )

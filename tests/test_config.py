@@ -147,6 +147,24 @@ def test_retrain_train_subset_resolves_against_the_search_subset():
     assert (a["search_val"] == b["search_val"]).all() and not set(b["train"]) & set(a["search_val"])
 
 
+def test_augmentation_is_set_per_training_stage():
+    """supernet.augment and retrain.augment reach the training batches of their own stage only (D33)."""
+    from dataclasses import replace
+
+    import torch
+    from aows_core.config import data_spec
+    from aows_core.data import load_splits
+
+    cfg = validate({"data": {"train_subset": 256, "search_val": 64, "calibration": 32},
+                    "supernet": {"batch_size": 32}, "retrain": {"batch_size": 32, "augment": False}})
+    assert data_spec(cfg, "supernet").augment and not data_spec(cfg, "retrain").augment
+    plain = next(load_splits(data_spec(cfg, "retrain")).train_batches(0))[0]
+    # the same images, order and seed with crop + flip: only augmentation tells the batches apart
+    flipped = next(load_splits(replace(data_spec(cfg, "retrain"), augment=True)).train_batches(0))[0]
+    assert plain.shape == flipped.shape and not torch.equal(plain, flipped)
+    assert torch.equal(plain, next(load_splits(data_spec(cfg, "retrain")).train_batches(0))[0])
+
+
 @pytest.mark.parametrize("raw, needle", [
     ({"retrain": {"train_subset": "most"}}, r"retrain.train_subset: 'most' does not match"),
     ({"retrain": {"train_subset": 0}}, r"retrain.train_subset: 0 is less than the minimum"),
