@@ -30,6 +30,33 @@ def latency_metrics(pred: np.ndarray, meas: np.ndarray, tau: bool = True) -> dic
     return out
 
 
+def table_adequacy(pred: np.ndarray, meas: np.ndarray, sigma_n: float, coverage: float = 0.95) -> dict[str, object]:
+    """Is the table's held-out error timing noise or the device's non-additivity (§4, docs/method.md D34)?
+
+    ratio_low / ratio_high: the (1 − coverage)/2 and (1 + coverage)/2 quantiles of measured ÷ predicted over the
+    held-out networks, the interval a prediction of an unseen network carries; model_error: the relative RMS error
+    left after the test timings' own noise, sqrt(max(0, RMS² − σ_n²)); model_limited: RMS > 1.5 σ_n (and > 0.5 %),
+    with the message that says what it means."""
+    pred = np.asarray(pred, dtype=np.float64).ravel()
+    meas = np.asarray(meas, dtype=np.float64).ravel()
+    ratio = meas / pred
+    rms = float(np.sqrt(np.mean((ratio - 1) ** 2)))
+    lo, hi = (float(q) for q in np.quantile(ratio, [(1 - coverage) / 2, (1 + coverage) / 2]))
+    model_error = float(np.sqrt(max(0.0, rms**2 - sigma_n**2)))
+    limited = bool(rms > 1.5 * sigma_n and rms > 0.005)  # an analytic device (σ_n 0) is exact to rounding
+    message = ""
+    if limited:
+        message = (
+            f"the table's held-out error (RMS {100 * rms:.1f} %) is {rms / max(sigma_n, 1e-12):.1f}× the timing noise "
+            f"σ_n {100 * sigma_n:.1f} %: about {100 * model_error:.1f} % is the device's own non-additivity, which no "
+            f"number of repeats removes. {100 * coverage:.0f} % of held-out networks ran within "
+            f"{100 * (lo - 1):+.1f} … {100 * (hi - 1):+.1f} % of their prediction: a finalist's measured latency can "
+            f"differ from its prediction by that much, and targets closer than that are not told apart by the table"
+        )
+    return {"rel_rms": rms, "ratio_low": lo, "ratio_high": hi, "coverage": coverage, "model_error": model_error,
+            "model_limited": limited, "model_message": message}
+
+
 def flops_baseline(flops_train: np.ndarray, l_train: np.ndarray) -> float:
     """The FLOPs-proportional model l ≈ a·flops (least squares through the origin, cf. §4's FLOPs formula); returns a."""
     f = np.asarray(flops_train, dtype=np.float64).ravel()

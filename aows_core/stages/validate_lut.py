@@ -32,7 +32,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from ..config import space_from_config
     from ..devices.flops import network_macs
     from ..latency import lut
-    from ..latency.metrics import validation_rows
+    from ..latency.metrics import table_adequacy, validation_rows
 
     latency, lut_path = inputs["latency"], inputs["lut"]
     space = space_from_config(config)
@@ -54,6 +54,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     rows, m_lut, m_flops, a, base = validation_rows(pred, l_te, flops_tr, l_tr, flops_te)
     noise = {k: lmeta[k] for k in ("sigma_n", "retest_pairs", "retest_within_5pct", "retest_within_10pct", "pairing",
                                    "max_noise", "reference_instability", "too_noisy", "noise_message", "retimed")}
+    adequacy = table_adequacy(pred, l_te, float(lmeta["sigma_n"] or 0.0))
     meta = artifacts.provenance(
         space,
         device,
@@ -62,6 +63,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         lam=tmeta.get("lam"),
         flops_ms_per_mmac=float(a),
         **noise,
+        **adequacy,
     )
     artifacts.write_records(rows, outputs["out"], "lut_validation", meta)
     predictions = {
@@ -73,7 +75,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     }
     artifacts.write_records(predictions, outputs["predictions"], "lut_predictions", meta)
     artifacts.save_figure(report.lut_validation(l_te, pred, base, meta), outputs["plot"])
-    return {"lut": m_lut, "flops_proportional": m_flops, **noise}
+    return {"lut": m_lut, "flops_proportional": m_flops, **noise, **adequacy}
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
@@ -85,3 +87,5 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
     )
     if r["too_noisy"]:
         print(f"WARNING: {r['noise_message']}")
+    if r["model_limited"]:
+        print(f"NOTE: {r['model_message']}")

@@ -389,6 +389,22 @@ def test_lut_roundtrip_and_refusals(tmp_path, small, fmnist):
 
 
 # ---- metrics --------------------------------------------------------------------------------------
+def test_table_adequacy_separates_model_error_from_timing_noise():
+    """D34: held-out errors at the noise floor are noise; errors well above it are the device's non-additivity,
+    estimated as sqrt(RMS² − σ_n²), with the interval of measured ÷ predicted that 95 % of networks fell in."""
+    rng = np.random.default_rng(0)
+    pred = rng.uniform(1.0, 3.0, 400)
+    noise_only = pred * (1 + 0.01 * rng.standard_normal(400))
+    a = metrics.table_adequacy(pred, noise_only, sigma_n=0.01)
+    assert not a["model_limited"] and a["model_message"] == "" and a["model_error"] < 0.004
+    structured = pred * (1 + 0.01 * rng.standard_normal(400) + 0.04 * np.sign(np.sin(7 * pred)))
+    b = metrics.table_adequacy(pred, structured, sigma_n=0.01)
+    assert b["model_limited"] and "non-additivity" in b["model_message"]
+    assert b["model_error"] == pytest.approx(np.sqrt(0.04**2 + 0.01**2 - 0.01**2), rel=0.1)
+    inside = np.mean((structured / pred >= b["ratio_low"]) & (structured / pred <= b["ratio_high"]))
+    assert 0.94 <= inside <= 0.96 and b["ratio_low"] < 0.96 < 1.04 < b["ratio_high"]
+
+
 def test_latency_metrics_on_a_hand_computed_example():
     meas = np.array([100.0, 200.0, 400.0])
     pred = np.array([104.0, 200.0, 370.0])  # relative errors 0.04, 0, 0.075

@@ -153,6 +153,9 @@ def test_tiny_end_to_end_run_writes_every_artifact(tiny_run):
     assert (wd / "results/lut/synth/validation.png").exists()
     v = io.read_table(wd / "results/lut/flops/validation.parquet", "lut_validation")[0].to_pylist()
     assert v[0]["model"] == "lut" and v[0]["rmse_ms"] < 1e-3 * v[0]["n"]  # flops are exactly additive
+    vmeta = io.read_table(wd / "results/lut/flops/validation.parquet", "lut_validation")[1]
+    assert vmeta["model_limited"] is False and vmeta["model_message"] == ""  # D34: exact, not model-limited
+    assert "lut_model_limited" in io.read_table(wd / "results/pareto_synth.parquet", "pareto")[1]
     out = subprocess.run(["aows", "inspect", str(wd / "results/lut/synth/lut.parquet")], capture_output=True, text=True)
     assert "c_in: int32" in out.stdout and '"space_hash"' in out.stdout
 
