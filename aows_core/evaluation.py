@@ -80,6 +80,51 @@ def join_results(device: str, measure_rows: Sequence[Mapping[str, Any]],
     return rows
 
 
+def method_comparison(rows: Sequence[Mapping[str, Any]], alpha: float = 0.05) -> tuple[list[dict[str, Any]], str]:
+    """Which methods' retrained accuracies differ at each target (§7, Fig. pareto; docs/method.md D25).
+
+    Every pair of methods at a target: the difference of mean top-1 over seeds, Welch's t-test on the seeds'
+    means and standard deviations (scipy), and p-values adjusted over all pairs of the table by
+    Benjamini–Hochberg (scipy's false_discovery_control); `separated` when the adjusted p < alpha. A finalist
+    retrained with one seed cannot be tested (None). Returns the pairs and a sentence that says, per target,
+    which differences resolve and that the others do not."""
+    from scipy.stats import false_discovery_control, ttest_ind_from_stats
+
+    pairs: list[dict[str, Any]] = []
+    for target in dict.fromkeys(r["target"] for r in rows):
+        at = sorted((r for r in rows if r["target"] == target), key=lambda r: -r["test_acc"])
+        for i, a in enumerate(at):
+            for b in at[i + 1:]:
+                p = None
+                if a["seeds"] > 1 and b["seeds"] > 1:
+                    sa, sb = max(a["test_acc_std"], 1e-12), max(b["test_acc_std"], 1e-12)
+                    p = float(ttest_ind_from_stats(a["test_acc"], sa, a["seeds"], b["test_acc"], sb, b["seeds"],
+                                                   equal_var=False).pvalue)
+                pairs.append({"target": target, "better": a["method"], "worse": b["method"],
+                              "difference": float(a["test_acc"] - b["test_acc"]), "p_value": p})
+    tested = [q for q in pairs if q["p_value"] is not None]
+    adjusted = false_discovery_control([q["p_value"] for q in tested]) if tested else []
+    for q, adj in zip(tested, adjusted):
+        q["p_adjusted"] = float(adj)
+        q["separated"] = bool(adj < alpha)
+    for q in pairs:
+        q.setdefault("p_adjusted", None)
+        q.setdefault("separated", None)
+    parts = []
+    for target in dict.fromkeys(q["target"] for q in pairs):
+        at = [q for q in pairs if q["target"] == target]
+        sep = [f"{q['better']} > {q['worse']} by {100 * q['difference']:.2f} points" for q in at if q["separated"]]
+        if any(q["separated"] is None for q in at):
+            parts.append(f"{target}: not tested (one seed)")
+        elif sep:
+            parts.append(f"{target}: " + "; ".join(sep) + "; the other differences do not resolve")
+        else:
+            parts.append(f"{target}: no two methods differ beyond their seeds' spread")
+    message = ("" if not parts else "Methods at equal target (Welch's t over seeds, Benjamini–Hochberg "
+               f"adjusted p < {alpha:g}): " + ". ".join(parts) + ".")
+    return pairs, message
+
+
 def kendall(score: Sequence[float], acc: Sequence[float]) -> tuple[float, float]:
     """Kendall τ-b between a proxy and retrained accuracy (scipy), and its p-value; NaN if undefined."""
     from scipy.stats import kendalltau
@@ -94,12 +139,12 @@ def kendall(score: Sequence[float], acc: Sequence[float]) -> tuple[float, float]
 
 def proxy_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The proxy check (§3 assumption 1): −Σδ and supernet accuracy vs retrained accuracy, with Kendall τ, beside
-    −MMAC, the baseline a proxy must beat to say more than "bigger is better"."""
+    MMAC itself, "bigger is better", the baseline a proxy must beat to say more than the network's size."""
     out = []
     acc = [r["test_acc"] for r in rows]
     for name, scores in (("-sum_delta", [-r["sum_delta"] for r in rows]),
                          ("supernet_acc", [r["supernet_acc"] for r in rows]),
-                         ("-mmacs", [-r["mmacs"] for r in rows])):
+                         ("mmacs", [r["mmacs"] for r in rows])):
         tau, p = kendall(scores, acc)
         out += [{"proxy": name, "method": r["method"], "target": r["target"], "score": s, "test_acc": r["test_acc"],
                  "kendall_tau": tau, "p_value": p, "n": len(rows)} for r, s in zip(rows, scores)]

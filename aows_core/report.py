@@ -190,7 +190,7 @@ def proxy_check(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> F
     proxies = list(dict.fromkeys(r["proxy"] for r in rows))
     fig, axes = plt.subplots(1, len(proxies), figsize=(4.2 * len(proxies), 3.8), squeeze=False)
     labels = {"-sum_delta": "−Σδ (OWS unaries)", "supernet_acc": "supernet top-1, BN recalibrated",
-              "-mmacs": "−MMAC (the size baseline)"}
+              "mmacs": "MMAC (the size baseline: bigger is better)"}
     for ax, p in zip(axes[0], proxies):
         rs = [r for r in rows if r["proxy"] == p]
         for m, sub in _by_method(rs, key="score"):

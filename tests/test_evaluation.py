@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from aows_core.evaluation import join_results, t_interval, training_rows, wilson_interval
+from aows_core.evaluation import join_results, method_comparison, proxy_rows, t_interval, training_rows, wilson_interval
 
 
 def _measure(method, target, ms):
@@ -27,6 +27,35 @@ def test_join_results_means_seeds_and_flags_the_front():
     assert aows["mmacs"] == 48.0 and aows["sum_delta"] == 1.5 and math.isnan(ows["sum_delta"])
     assert [r["pareto_optimal"] for r in rows] == [False, True]
     assert join_results("d", [], {}, {}, sum) == []
+
+
+def test_the_size_baseline_says_bigger_is_better():
+    """Regression: the baseline a proxy must beat scored −MMAC ("smaller is better"), so a front where bigger
+    networks were more accurate gave it τ −1 and any proxy looked better than size."""
+    rows = [{"method": "ows", "target": str(k), "sum_delta": 3.0 - k, "supernet_acc": 0.5 + 0.01 * k, "mmacs": 10.0 + k,
+             "test_acc": 0.8 + 0.01 * k} for k in range(4)]
+    taus = {r["proxy"]: r["kendall_tau"] for r in proxy_rows(rows)}
+    assert taus["mmacs"] == pytest.approx(1.0) and taus["-sum_delta"] == pytest.approx(1.0)
+    assert [r["score"] for r in proxy_rows(rows) if r["proxy"] == "mmacs"] == [10.0, 11.0, 12.0, 13.0]
+
+
+def test_method_comparison_says_which_differences_resolve():
+    """Welch's t over seeds, Benjamini–Hochberg over all pairs: a 10-point gap at tight seeds separates, a
+    0.2-point gap at 1-point spreads does not, and one seed is not tested."""
+    def row(method, target, acc, std, seeds=3):
+        return {"method": method, "target": target, "test_acc": acc, "test_acc_std": std, "seeds": seeds}
+
+    rows = [row("aows", "a", 0.90, 0.005), row("ows", "a", 0.80, 0.005), row("greedy", "a", 0.899, 0.01),
+            row("aows", "b", 0.802, 0.01), row("ows", "b", 0.800, 0.01)]
+    pairs, message = method_comparison(rows)
+    by = {(q["target"], q["better"], q["worse"]): q for q in pairs}
+    assert len(pairs) == 4 and by[("a", "aows", "ows")]["separated"] and by[("a", "greedy", "ows")]["separated"]
+    assert not by[("a", "aows", "greedy")]["separated"] and not by[("b", "aows", "ows")]["separated"]
+    assert by[("a", "aows", "ows")]["difference"] == pytest.approx(0.10)
+    assert all(q["p_adjusted"] >= q["p_value"] for q in pairs)
+    assert "a: aows > ows by 10.00 points" in message and "b: no two methods differ" in message
+    single, msg = method_comparison([row("aows", "a", 0.9, float("nan"), 1), row("ows", "a", 0.8, 0.01)])
+    assert single[0]["separated"] is None and "not tested (one seed)" in msg
 
 
 def test_wilson_interval_and_training_rows():

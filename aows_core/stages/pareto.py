@@ -72,7 +72,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 
     from .. import artifacts, report
     from ..config import space_from_config
-    from ..evaluation import configuration_rows, proxy_rows, training_rows
+    from ..evaluation import configuration_rows, method_comparison, proxy_rows, training_rows
 
     measure, lut_validation = inputs["measure"], inputs.get("lut_validation")
     space = space_from_config(config)
@@ -81,6 +81,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         raise ValueError(f"{measure} holds no finalists")
     prox = proxy_rows(rows)
     taus = {r["proxy"]: r["kendall_tau"] for r in prox}
+    comparison, comparison_message = method_comparison(rows)
     unaries_check = (artifacts.read_table(inputs["proxy"], "proxy")[1].get("unaries_check")
                      if inputs.get("proxy") else None)
     out, plots_dir = Path(outputs["out"]), Path(outputs["plots_dir"])
@@ -99,7 +100,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
                                 measured="median over rounds, corrected to the LUT's reference baseline",
                                 interval="Wilson score 95 % (one seed) or t-interval over seeds",
                                 kendall_tau_sum_delta=taus["-sum_delta"], kendall_tau_supernet_acc=taus["supernet_acc"],
-                                kendall_tau_mmacs=taus["-mmacs"], unaries_check=unaries_check,
+                                kendall_tau_mmacs=taus["mmacs"], unaries_check=unaries_check,
+                                comparison=comparison, comparison_message=comparison_message,
                                 targets_met_measured=int(sum(r["meets_target_measured"] for r in rows)),
                                 n_too_noisy=int(sum(r["too_noisy"] for r in rows)),
                                 targets_met_predicted=int(sum(r["meets_target_predicted"] for r in rows)), n=len(rows))
@@ -120,6 +122,10 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    from ..evaluation import method_comparison
     from ..report import summary_markdown
 
     print(summary_markdown(rows))
+    message = method_comparison(rows)[1]
+    if message:
+        print(message)
