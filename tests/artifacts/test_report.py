@@ -44,6 +44,9 @@ def test_lut_validation_figure(tmp_path):
     _figure(report.lut_validation(meas, meas * 1.05, meas * 0.9, {"device": "cpu", "unit": "ms", "sigma_n": 0.01}), tmp_path)
     noisy = report.lut_validation(meas, meas, meas, {"device": "cpu", "unit": "ms", "sigma_n": 0.2, "too_noisy": True})
     assert any("TOO NOISY" in t.get_text() for t in noisy.axes[0].texts)
+    limited = report.lut_validation(meas, meas * 1.1, meas, {"device": "cpu", "unit": "ms", "sigma_n": 0.01,
+                                                            "model_limited": True, "ratio_low": 0.9, "ratio_high": 1.2})
+    assert any("beyond the noise" in t.get_text() and "+20.0" in t.get_text() for t in limited.axes[0].texts)
 
 
 def test_a_too_noisy_measurement_is_said_in_the_results():
