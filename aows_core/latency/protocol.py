@@ -120,20 +120,34 @@ def plan_hash(jobs: list[Job], protocol: Mapping, fingerprint: Mapping, space: S
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def retest_noise(rows: list[dict]) -> dict[str, float]:
-    """σ_n = RMS((m₁ − m₂)/m̄)/√2 over (sample, retest) pairs, and the pairs' own ±5 % / ±10 % shares."""
+def retest_noise(rows: list[dict]) -> dict[str, Any]:
+    """σ_n = RMS((m₁ − m₂)/m̄)/√2 over (sample, retest) pairs, and the pairs' own ±5 % / ±10 % shares; with ≥ 6
+    pairs also σ_n of the fastest, middle and slowest third of them (`sigma_n_by_speed`, docs/method.md D34)."""
     first = {r["config_id"]: r["latency_ms"] for r in rows if r["role"] == "sample"}
     pairs = [(first[r["config_id"]], r["latency_ms"]) for r in rows if r["role"] == "retest" and r["config_id"] in first]
     if not pairs:
-        return {"sigma_n": 0.0, "retest_pairs": 0, "retest_within_5pct": 1.0, "retest_within_10pct": 1.0}
+        return {"sigma_n": 0.0, "retest_pairs": 0, "retest_within_5pct": 1.0, "retest_within_10pct": 1.0,
+                "sigma_n_by_speed": None}
     m = np.asarray(pairs)
     rel = (m[:, 0] - m[:, 1]) / m.mean(axis=1)
+    thirds = np.array_split(rel[np.argsort(m.mean(axis=1))], 3) if len(rel) >= 6 else None
     return {
         "sigma_n": float(np.sqrt(np.mean(rel**2)) / math.sqrt(2)),
         "retest_pairs": len(pairs),
         "retest_within_5pct": float(np.mean(np.abs(rel) <= 0.05)),
         "retest_within_10pct": float(np.mean(np.abs(rel) <= 0.10)),
+        "sigma_n_by_speed": None if thirds is None else [float(np.sqrt(np.mean(t**2)) / math.sqrt(2)) for t in thirds],
     }
+
+
+def speed_dependent_noise(by_speed: list[float] | None, ratio: float = 2.0) -> str:
+    """A sentence when the slowest third of the retest pairs varies `ratio`× more than the fastest (D34), else ""."""
+    if not by_speed or by_speed[2] < ratio * max(by_speed[0], 1e-12) or by_speed[2] < 0.01:
+        return ""
+    return (f"the slowest third of the retest pairs varies by σ {100 * by_speed[2]:.1f} % against "
+            f"{100 * by_speed[0]:.1f} % for the fastest third: something competes for cache or memory bandwidth "
+            f"(another program or virtual machine), which slows large networks more than the reference, and the "
+            f"pooled σ_n understates their noise; profile again on a quieter host")
 
 
 def running_median(values: np.ndarray, window: int) -> np.ndarray:

@@ -33,6 +33,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from ..devices.flops import network_macs
     from ..latency import lut
     from ..latency.metrics import table_adequacy, validation_rows
+    from ..latency.protocol import speed_dependent_noise
 
     latency, lut_path = inputs["latency"], inputs["lut"]
     space = space_from_config(config)
@@ -55,6 +56,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     noise = {k: lmeta[k] for k in ("sigma_n", "retest_pairs", "retest_within_5pct", "retest_within_10pct", "pairing",
                                    "max_noise", "reference_instability", "too_noisy", "noise_message", "retimed")}
     adequacy = table_adequacy(pred, l_te, float(lmeta["sigma_n"] or 0.0))
+    by_speed = lmeta.get("sigma_n_by_speed")  # absent in latency files written before D34
+    adequacy.update(sigma_n_by_speed=by_speed, speed_message=speed_dependent_noise(by_speed))
     meta = artifacts.provenance(
         space,
         device,
@@ -89,3 +92,5 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
         print(f"WARNING: {r['noise_message']}")
     if r["model_limited"]:
         print(f"NOTE: {r['model_message']}")
+    if r["speed_message"]:
+        print(f"NOTE: {r['speed_message']}")

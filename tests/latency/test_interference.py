@@ -93,6 +93,29 @@ def test_noise_threshold_from_the_targets():
     assert noise_gate(0.02, 0.2, 0.025, "interpolated")["too_noisy"]
 
 
+def test_noise_that_grows_with_the_network_is_said():
+    """D34: retest pairs of slow networks that disagree far more than fast ones (contention for cache or memory)
+    are reported per third of the pairs by speed, and said; uniform noise is not."""
+    from aows_core.latency.protocol import retest_noise, speed_dependent_noise
+
+    def rows(spread):
+        out = []
+        for i in range(30):
+            lat = 1.0 + i / 10
+            out.append({"config_id": i, "role": "sample", "latency_ms": lat})
+            out.append({"config_id": i, "role": "retest", "latency_ms": lat * (1 + spread(i) * (-1) ** i)})
+        return out
+
+    grows = retest_noise(rows(lambda i: 0.005 if i < 20 else 0.06))
+    fast, middle, slow = grows["sigma_n_by_speed"]
+    assert fast < 0.005 and middle < 0.005 and slow > 0.03 and grows["sigma_n"] < slow
+    assert "slowest third" in speed_dependent_noise(grows["sigma_n_by_speed"])
+    flat = retest_noise(rows(lambda i: 0.02))
+    assert max(flat["sigma_n_by_speed"]) < 1.2 * min(flat["sigma_n_by_speed"])
+    assert speed_dependent_noise(flat["sigma_n_by_speed"]) == "" and speed_dependent_noise(None) == ""
+    assert retest_noise(rows(lambda i: 0.02)[:8])["sigma_n_by_speed"] is None  # fewer than 6 pairs
+
+
 def _rows(values):
     """Paired measure rows: network k has the chunk ratios `values[k]` over its rounds."""
     out, job = [], 0
