@@ -151,6 +151,74 @@ def proxy_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def kendall_within(score: Sequence[float], acc: Sequence[float], group: Sequence[Any]) -> float:
+    """Kendall τ over pairs of the same group only (finalists at one target, i.e. of nearly equal latency, the
+    comparison of Fig. proxy_compare): (concordant − discordant) ÷ (pairs not tied in either); NaN without pairs."""
+    s, a, g = np.asarray(score, float), np.asarray(acc, float), np.asarray(group, object)
+    i, j = np.triu_indices(len(a), 1)
+    same = g[i] == g[j]
+    sign = np.sign(s[i] - s[j]) * np.sign(a[i] - a[j])
+    sign = sign[same & np.isfinite(sign)]
+    untied = np.count_nonzero(sign)
+    return float(sign.sum() / untied) if untied else float("nan")
+
+
+def ranking_reliability(rows: Sequence[Mapping[str, Any]], proxies: Mapping[str, Sequence[float]], *,
+                        draws: int = 2000, seed: int = 0) -> tuple[dict[str, Any], str]:
+    """How far the finalists' retrained ranking can resolve a proxy (docs/method.md D35).
+
+    Re-runs of the retraining are simulated from the seeds' spread (pooled standard error of a finalist's mean,
+    or its Wilson half-width ÷ 1.96 with one seed): `retest_tau` is τ between two re-runs, `tau_ceiling` τ of the
+    observed means against a re-run (what a proxy equal to the true accuracy would show), each as median and
+    95 % range. Per proxy: τ within targets (kendall_within) and `p_beats_size`, the share of re-runs in which
+    its τ exceeds MMAC's. Returns the summary and a sentence for the results table."""
+    from scipy.stats import kendalltau
+
+    acc = np.array([r["test_acc"] for r in rows], float)
+    seeds = np.array([r["seeds"] for r in rows])
+    if len(acc) < 3:
+        return {}, ""
+    if (seeds > 1).all():
+        var = np.array([r["test_acc_std"] for r in rows], float) ** 2
+        se = np.sqrt(np.nanmean(var) / seeds)
+    else:
+        se = np.array([(r["test_acc_high"] - r["test_acc_low"]) / (2 * 1.959964) for r in rows], float)
+    rng = np.random.default_rng(seed)
+    rerun = lambda: acc + rng.standard_normal(len(acc)) * se  # noqa: E731
+    band = lambda x: {"median": float(np.median(x)), "low": float(np.quantile(x, 0.025)),  # noqa: E731
+                      "high": float(np.quantile(x, 0.975))}
+    retest, ceiling, taus = [], [], {p: [] for p in proxies}
+    for _ in range(draws):
+        a, b = rerun(), rerun()
+        retest.append(kendalltau(a, b).statistic)
+        ceiling.append(kendalltau(acc, a).statistic)
+        for p, score in proxies.items():
+            taus[p].append(kendalltau(score, a).statistic)
+    targets = [r["target"] for r in rows]
+    out: dict[str, Any] = {"retest_tau": band(retest), "tau_ceiling": band(ceiling), "proxies": {}}
+    for p, score in proxies.items():
+        out["proxies"][p] = {"kendall_tau": kendall(score, acc)[0], "kendall_tau_within": kendall_within(score, acc, targets)}
+        if p != "mmacs" and "mmacs" in proxies:
+            out["proxies"][p]["p_beats_size"] = float(np.mean(np.array(taus[p]) > np.array(taus["mmacs"])))
+    r, c = out["retest_tau"], out["tau_ceiling"]
+    parts = []
+    for p, v in out["proxies"].items():
+        if "p_beats_size" not in v:
+            continue
+        pb = v["p_beats_size"]
+        verdict = ("ranks above size" if pb >= 0.95 else "ranks below size" if pb <= 0.05
+                   else "does not separate from size")
+        parts.append(f"{p} {verdict} (τ {v['kendall_tau']:.2f}, within targets {v['kendall_tau_within']:.2f}; "
+                     f"above MMAC's τ in {100 * pb:.0f} % of re-runs)")
+    mm = out["proxies"].get("mmacs")
+    message = (f"The retrained ranking of these {len(acc)} finalists reproduces at Kendall τ {r['median']:.2f} "
+               f"[{r['low']:.2f}, {r['high']:.2f}] between two re-runs of the retraining (simulated from the seeds' "
+               f"spread); a proxy equal to the true accuracy would reach τ {c['median']:.2f} [{c['low']:.2f}, "
+               f"{c['high']:.2f}]. " + (f"MMAC: τ {mm['kendall_tau']:.2f}, within targets "
+                                         f"{mm['kendall_tau_within']:.2f}. " if mm else "") + "; ".join(parts) + ".")
+    return out, message
+
+
 def configuration_rows(rows: Sequence[Mapping[str, Any]], space) -> list[dict[str, Any]]:
     """Found widths relative to the base network's (Fig. found configurations)."""
     base = space.base[:-1]

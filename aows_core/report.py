@@ -201,12 +201,20 @@ def proxy_check(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> F
             ax.scatter([r["score"] for r in sub], [100 * r["test_acc"] for r in sub], color=COLORS.get(m),
                        marker=MARKERS.get(m, "o"), label=m)
         tau = rs[0]["kendall_tau"]
-        ax.set_title(f"Kendall τ = {tau:.2f} over {rs[0]['n']} finalists", fontsize=9)
+        within = (meta.get("ranking") or {}).get("proxies", {}).get(p, {}).get("kendall_tau_within")
+        ax.set_title(f"Kendall τ = {tau:.2f} over {rs[0]['n']} finalists"
+                     + (f"; within targets {within:.2f}" if within is not None else ""), fontsize=9)
         ax.set_xlabel(labels.get(p, p), fontsize=8)
         ax.set_ylabel("retrained test top-1 (%)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
+    ceiling = (meta.get("ranking") or {}).get("tau_ceiling")
+    if ceiling:
+        fig.suptitle(f"retrained ranking reproduces at τ {meta['ranking']['retest_tau']['median']:.2f}; a proxy equal "
+                     f"to the true accuracy would reach τ {ceiling['median']:.2f} "
+                     f"[{ceiling['low']:.2f}, {ceiling['high']:.2f}] (D35)", fontsize=9)
+        fig.tight_layout()
     return fig
 
 

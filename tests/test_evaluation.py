@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from aows_core.evaluation import join_results, method_comparison, proxy_rows, t_interval, training_rows, wilson_interval
+from aows_core.evaluation import (join_results, kendall_within, method_comparison, proxy_rows, ranking_reliability,
+                                  t_interval, training_rows, wilson_interval)
 
 
 def _measure(method, target, ms):
@@ -56,6 +57,43 @@ def test_method_comparison_says_which_differences_resolve():
     assert "a: aows > ows by 10.00 points" in message and "b: no two methods differ" in message
     single, msg = method_comparison([row("aows", "a", 0.9, float("nan"), 1), row("ows", "a", 0.8, 0.01)])
     assert single[0]["separated"] is None and "not tested (one seed)" in msg
+
+
+def test_kendall_within_counts_only_pairs_of_one_target():
+    """Against brute force: one group is scipy's τ; across two groups only the within-group pairs count."""
+    from scipy.stats import kendalltau
+
+    rng = np.random.default_rng(1)
+    s, a = rng.normal(size=9), rng.normal(size=9)
+    assert kendall_within(s, a, ["t"] * 9) == pytest.approx(kendalltau(s, a).statistic)
+    # within each target the score orders accuracy; across targets it is reversed
+    score, acc = [1, 2, 3, 11, 12, 13], [0.93, 0.94, 0.95, 0.80, 0.81, 0.82]
+    assert kendall_within(score, acc, list("aaabbb")) == pytest.approx(1.0)
+    assert kendalltau(score, acc).statistic < 0
+    assert math.isnan(kendall_within([1, 2], [0.1, 0.2], ["a", "b"]))
+
+
+def _ranked(acc, std, seeds=3, targets=None):
+    return [{"method": "ows", "target": (targets or ["x"] * len(acc))[i], "test_acc": a, "test_acc_std": std,
+             "seeds": seeds, "test_acc_low": a - 0.01, "test_acc_high": a + 0.01} for i, a in enumerate(acc)]
+
+
+def test_ranking_reliability_resolves_only_what_the_seeds_allow():
+    """Seeds that spread far less than the finalists' gaps: re-runs reproduce the ranking (τ 1), a proxy equal to the
+    accuracy beats a reversed size baseline in every re-run. Spreads far above the gaps: the retest τ is near 0 and
+    two proxies that differ by chance do not separate."""
+    acc = list(np.linspace(0.80, 0.90, 8))
+    good, msg = ranking_reliability(_ranked(acc, 1e-5), {"-sum_delta": acc, "mmacs": acc[::-1]}, draws=200)
+    assert good["retest_tau"]["median"] == pytest.approx(1.0) and good["tau_ceiling"]["low"] == pytest.approx(1.0)
+    assert good["proxies"]["-sum_delta"]["p_beats_size"] == 1.0 and "-sum_delta ranks above size" in msg
+    assert good["proxies"]["mmacs"]["kendall_tau"] == pytest.approx(-1.0)
+    noisy, msg = ranking_reliability(_ranked(acc, 0.5), {"-sum_delta": acc, "mmacs": acc[2:] + acc[:2]}, draws=400)
+    assert abs(noisy["retest_tau"]["median"]) < 0.2 and noisy["retest_tau"]["low"] < -0.3
+    assert 0.05 < noisy["proxies"]["-sum_delta"]["p_beats_size"] < 0.95 and "does not separate from size" in msg
+    # one seed: the Wilson half-widths stand for the spread
+    one, _ = ranking_reliability(_ranked(acc, float("nan"), seeds=1), {"mmacs": acc}, draws=50)
+    assert 0 < one["retest_tau"]["median"] < 1
+    assert ranking_reliability(_ranked(acc[:2], 0.01), {"mmacs": acc[:2]}) == ({}, "")
 
 
 def test_wilson_interval_and_training_rows():

@@ -72,7 +72,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 
     from .. import artifacts, report
     from ..config import space_from_config
-    from ..evaluation import configuration_rows, method_comparison, proxy_rows, training_rows
+    from ..evaluation import configuration_rows, method_comparison, proxy_rows, ranking_reliability, training_rows
 
     measure, lut_validation = inputs["measure"], inputs.get("lut_validation")
     space = space_from_config(config)
@@ -82,6 +82,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     prox = proxy_rows(rows)
     taus = {r["proxy"]: r["kendall_tau"] for r in prox}
     comparison, comparison_message = method_comparison(rows)
+    ranking, ranking_message = ranking_reliability(rows, proxy_scores(prox))
     unaries_check = (artifacts.read_table(inputs["proxy"], "proxy")[1].get("unaries_check")
                      if inputs.get("proxy") else None)
     out, plots_dir = Path(outputs["out"]), Path(outputs["plots_dir"])
@@ -102,6 +103,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
                                 kendall_tau_sum_delta=taus["-sum_delta"], kendall_tau_supernet_acc=taus["supernet_acc"],
                                 kendall_tau_mmacs=taus["mmacs"], unaries_check=unaries_check,
                                 comparison=comparison, comparison_message=comparison_message,
+                                ranking=ranking, ranking_message=ranking_message,
                                 targets_met_measured=int(sum(r["meets_target_measured"] for r in rows)),
                                 n_too_noisy=int(sum(r["too_noisy"] for r in rows)),
                                 targets_met_predicted=int(sum(r["meets_target_predicted"] for r in rows)), n=len(rows))
@@ -121,11 +123,19 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     return rows
 
 
+def proxy_scores(prox: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Each proxy's scores over the finalists, in the results table's order (from evaluation.proxy_rows)."""
+    out: dict[str, list[float]] = {}
+    for r in prox:
+        out.setdefault(r["proxy"], []).append(r["score"])
+    return out
+
+
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    from ..evaluation import method_comparison
+    from ..evaluation import method_comparison, proxy_rows, ranking_reliability
     from ..report import summary_markdown
 
     print(summary_markdown(rows))
-    message = method_comparison(rows)[1]
-    if message:
-        print(message)
+    for message in (method_comparison(rows)[1], ranking_reliability(rows, proxy_scores(proxy_rows(rows)))[1]):
+        if message:
+            print(message)

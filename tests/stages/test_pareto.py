@@ -91,6 +91,8 @@ def test_pareto_stage_writes_every_table_and_plot(tmp_path):
     # accuracies rise with latency in the synthetic inputs: every point is Pareto-optimal within its method order
     assert meta["kendall_tau_sum_delta"] == pytest.approx(1.0) and meta["kendall_tau_supernet_acc"] == pytest.approx(1.0)
     assert meta["targets_met_measured"] == sum(r["meets_target_measured"] for r in rows)
+    assert set(meta["ranking"]["proxies"]) == {"-sum_delta", "supernet_acc", "mmacs"}
+    assert -1 <= meta["ranking"]["retest_tau"]["median"] <= 1 and "reproduces at Kendall τ" in meta["ranking_message"]
     assert (out.stat().st_size > 1000) and out.with_suffix(".png").exists()
     for name, kind in (("latency", "pareto"), ("configurations", "configurations"), ("training", "training_curves"),
                        ("proxy", "proxy_check")):
