@@ -42,18 +42,18 @@ def validate_lut(config, device, latency, lut_path, out, predictions, plot):
                    device=device)
 
 
-def decode(config, device, method, unaries, lut_path, targets, out, epoch=None):
-    return _dc.run(config, {"unaries": unaries, "lut": lut_path}, {"out": out}, device=device, method=method,
-                   target=targets, epoch=epoch)
+def decode(config, device, method, unaries, lut_path, targets, out, epoch=None, latency=None):
+    return _dc.run(config, {"unaries": unaries, "lut": lut_path, "latency": latency}, {"out": out}, device=device,
+                   method=method, target=targets, epoch=epoch)
 
 
 def check_target(config, device, lut_path, target, out):
     return _ct.run(config, {"lut": lut_path}, {"out": out}, device=device, target=target)
 
 
-def decide_baseline(config, device, method, lut_path, targets, out, trajectory=None):
-    return _db.run(config, {"lut": lut_path, "trajectory": trajectory}, {"out": out}, device=device, method=method,
-                   target=targets)
+def decide_baseline(config, device, method, lut_path, targets, out, trajectory=None, latency=None):
+    return _db.run(config, {"lut": lut_path, "trajectory": trajectory, "latency": latency}, {"out": out}, device=device,
+                   method=method, target=targets)
 
 
 def greedy_trajectory(config, model, out, progress=True):

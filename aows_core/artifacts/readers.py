@@ -117,15 +117,18 @@ def write_decisions(rows: list[dict], path: str | os.PathLike, meta: Mapping[str
 
 
 def read_decisions(paths: Sequence[str | os.PathLike], space: SearchSpace, device: str) -> list[dict[str, Any]]:
-    """Every row of the finalists' decision artifacts, refused if decided for another space or device."""
+    """Every row of the finalists' decision artifacts, refused if decided for another space or device; a decision
+    verified on its device (docs/method.md D36) carries its verified table as `verified_lut`."""
     rows = []
     for p in paths:
         table, meta = read_table(p, "decisions")
         require_space(meta, space, p, "decisions")
+        verified = {v["target"]: np.asarray(v["lut"], dtype=np.float64)
+                    for v in (meta.get("verification") or {}).get("targets", [])}
         for r in table.to_pylist():
             if r["device"] != device:
                 raise ArtifactError(f"{p} is a decision for device {r['device']!r}, not {device!r}")
-            rows.append({**r, "source": str(p)})
+            rows.append({**r, "source": str(p), "verified_lut": verified.get(r["target"])})
     return rows
 
 

@@ -414,13 +414,16 @@ def protocol_differences(used: Mapping[str, Any], protocol: Mapping[str, Any]) -
 
 
 def check_predictions(space: SearchSpace, x: np.ndarray, finalists: Sequence[dict[str, Any]], lut_path: Any) -> None:
-    """Refuse finalists not decided on this LUT (eq. lat prediction must match); sets each finalist's `predicted_ms`."""
+    """Refuse finalists not decided on this LUT (eq. lat prediction must match) — or, for a decision verified on
+    the device (D36), on its verified table; sets each finalist's `predicted_ms`."""
     for f in finalists:
-        pred = float(predict(space, x, space.indices(f["channels"])))
+        table = f.get("verified_lut")
+        pred = float(predict(space, x if table is None else table, space.indices(f["channels"])))
         if not math.isclose(pred, f["predicted_latency_ms"], rel_tol=PREDICTION_RTOL, abs_tol=1e-12):
             raise MeasureError(
-                f"{f['source']}: {f['method']} @ {f['target']} predicts {f['predicted_latency_ms']:.6g} but {lut_path} "
-                f"gives {pred:.6g} for its channels; it was decided on another LUT — decide again"
+                f"{f['source']}: {f['method']} @ {f['target']} predicts {f['predicted_latency_ms']:.6g} but "
+                f"{lut_path if table is None else 'its verified table'} gives {pred:.6g} for its channels; "
+                f"it was decided on another LUT — decide again"
             )
         f["predicted_ms"] = pred
 

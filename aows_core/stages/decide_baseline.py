@@ -10,7 +10,7 @@ from . import add_config
 COMMAND = "decide-baseline"
 HELP = "baseline decisions: greedy trajectory or uniform multipliers"
 PARSER_KWARGS: dict[str, Any] = {}
-INPUTS = ("lut", "trajectory")
+INPUTS = ("lut", "trajectory", "latency")
 OUTPUTS = ("out",)
 
 
@@ -20,16 +20,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=["greedy", "uniform"], required=True)
     p.add_argument("--lut", required=True)
     p.add_argument("--trajectory", help="greedy: the greedy_trajectory parquet")
+    p.add_argument("--latency", help="the latency file the LUT was fitted on: each decision is verified on the device "
+                   "(docs/method.md D36); without it, decided on the LUT alone")
     p.add_argument("--target", action="append", required=True, help="'4.5ms', '325mflops' or 'range:0.3'; repeatable")
     p.add_argument("--out", required=True)
 
 
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, device: str, method: str,
         target: list[str]) -> list[dict[str, Any]]:
-    """Decisions of a baseline: `greedy` (first trajectory point meeting the target, D22) or `uniform` multipliers."""
+    """Decisions of a baseline: `greedy` (first trajectory point meeting the target, D22) or `uniform` multipliers,
+    each verified on the device when the latency file is given (D36)."""
     from .. import artifacts
     from ..config import space_from_config
     from ..search.baselines import decide_greedy, decide_uniform
+    from ._verify import decide_verified
 
     space = space_from_config(config)
     x, tmeta = artifacts.read_lut(inputs["lut"], space, device)
@@ -40,15 +44,21 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         if trajectory is None:
             raise ValueError("the greedy baseline needs --trajectory (the greedy_trajectory parquet)")
         table, gmeta = artifacts.read_trajectory(trajectory, space)
-        rows = decide_greedy(space, table.column("channels").to_pylist(), x, target, device=device, unit=unit)
+        configs = table.column("channels").to_pylist()
         extra = {"trajectory_meta": gmeta}
+
+        def decide_one(xx, t):
+            return decide_greedy(space, configs, xx, [t], device=device, unit=unit)[0]
     elif method == "uniform":
-        rows = decide_uniform(space, x, target, device=device, unit=unit)
+        def decide_one(xx, t):
+            return decide_uniform(space, xx, [t], device=device, unit=unit)[0]
     else:
         raise ValueError(f"unknown baseline {method!r}; expected 'greedy' or 'uniform'")
+    rows, verification = decide_verified(config, inputs.get("latency"), inputs["lut"], device, space, x, tmeta,
+                                         decide_one, target)
     artifacts.write_decisions(rows, outputs["out"], {
         "space_name": space.name, "space_hash": space.hash, "device": device, "fingerprint": tmeta.get("fingerprint"),
-        "unit": tmeta.get("unit"), "lut_lambda": tmeta.get("lam"), **extra,
+        "unit": tmeta.get("unit"), "lut_lambda": tmeta.get("lam"), "verification": verification, **extra,
     })
     return rows
 
@@ -57,3 +67,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     for r in rows:
         print(f"{r['method']} @ {r['target']} ({r['target_ms']:.4g} {r['unit']}): {r['channels']} predicted "
               f"{r['predicted_latency_ms']:.4g}")
+    from ._verify import print_verification
+
+    print_verification(getattr(args, "out", None))
+

@@ -10,7 +10,7 @@ from . import add_config
 COMMAND = "decode"
 HELP = "optimal widths under latency targets (§5 eq. lagrange / viterbi)"
 PARSER_KWARGS: dict[str, Any] = {}
-INPUTS = ("unaries", "lut")
+INPUTS = ("unaries", "lut", "latency")
 OUTPUTS = ("out",)
 
 
@@ -20,6 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", required=True, help="label written in the decisions (e.g. ows, aows)")
     p.add_argument("--unaries", required=True)
     p.add_argument("--lut", required=True)
+    p.add_argument("--latency", help="the latency file the LUT was fitted on: each decision is verified on the device "
+                   "(docs/method.md D36); without it, decided on the LUT alone")
     p.add_argument("--target", action="append", required=True, help="'4.5ms', '325mflops' or 'range:0.3'; repeatable")
     p.add_argument("--epoch", type=int, default=None, help="which epoch's unaries (default: the last)")
     p.add_argument("--out", required=True)
@@ -27,24 +29,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, device: str, method: str,
         target: list[str], epoch: int | None = None) -> list[dict[str, Any]]:
-    """Decisions of `method` for each target from a unaries artifact and a device's LUT (§5 eq. lagrange)."""
+    """Decisions of `method` for each target from a unaries artifact and a device's LUT (§5 eq. lagrange), each
+    verified on the device when the latency file is given (D36)."""
     from .. import artifacts
     from ..config import space_from_config
     from ..search.decisions import decide, width_signal_note
+    from ._verify import decide_verified
 
     space = space_from_config(config)
     x, tmeta = artifacts.read_lut(inputs["lut"], space, device)
     u, umeta, chosen = artifacts.read_unaries(inputs["unaries"], space, epoch)
     d = config["decode"]
-    rows = decide(space, u, x, target, method=method, device=device, unit=tmeta["unit_short"],
-                  policy=d["unvisited"], exact=d["exact"], epoch=chosen)
+    rows, verification = decide_verified(
+        config, inputs.get("latency"), inputs["lut"], device, space, x, tmeta,
+        lambda xx, t: decide(space, u, xx, [t], method=method, device=device, unit=tmeta["unit_short"],
+                             policy=d["unvisited"], exact=d["exact"], epoch=chosen)[0], target)
     z = umeta.get("width_signal_z")
     for r in rows:
         r["width_signal_z"] = z
     artifacts.write_decisions(rows, outputs["out"], {
         "space_name": space.name, "space_hash": space.hash, "device": device, "fingerprint": tmeta.get("fingerprint"),
         "unit": tmeta.get("unit"), "lut_lambda": tmeta.get("lam"), "unaries_meta": umeta, "decode": dict(d),
-        "width_signal_note": width_signal_note(z),
+        "width_signal_note": width_signal_note(z), "verification": verification,
     })
     return rows
 
@@ -59,3 +65,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         print(f"{r['method']} @ {r['target']} ({r['target_ms']:.4g} {r['unit']}): {r['channels']} predicted "
               f"{r['predicted_latency_ms']:.4g}, Σδ {r['objective']:.4g}, γ {r['gamma']:.3g}, gap {r['gap']:.3g}"
               f"{' (exact)' if r['exact'] else ''}")
+    from ._verify import print_verification
+
+    print_verification(getattr(args, "out", None))
+

@@ -47,7 +47,7 @@ def _finalists(space: SearchSpace, device_name: str, inputs: Mapping[str, Any]) 
     return ltable, lmeta, x, tmeta, finalists
 
 
-def _check_session(device: Any, spec: Mapping[str, Any], lmeta: Mapping[str, Any], protocol: Mapping[str, Any],
+def check_session(device: Any, spec: Mapping[str, Any], lmeta: Mapping[str, Any], protocol: Mapping[str, Any],
                    latency: Any, fingerprint: Any, on_mismatch: str) -> bool:
     """Refuse a session whose device settings or timing protocol differ from the profiled ones (§4 same form);
     returns whether the fingerprint matches the LUT's (a mismatch is refused unless `on_mismatch` is "flag")."""
@@ -101,7 +101,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     dev = get_device(spec, space, seed)
     try:
         fingerprint = dev.fingerprint()
-        match = _check_session(dev, spec, lmeta, protocol, latency, fingerprint, settings["on_fingerprint_mismatch"])
+        match = check_session(dev, spec, lmeta, protocol, latency, fingerprint, settings["on_fingerprint_mismatch"])
         nets = sorted({tuple(int(c) for c in f["channels"]) for f in finalists})
         ref = reference_config(space)
         if not dev.analytic and list(lmeta.get("reference_channels") or []) != ref:

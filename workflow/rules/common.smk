@@ -44,6 +44,13 @@ def stamp(stage, device=None):
     )
 
 
+def decision_threads(wildcards):
+    """A decision verified on a timed device times networks (docs/method.md D36): all cores, so nothing runs beside
+    it; one on an analytic device (flops) or with verify.max_rounds 0."""
+    timed = config["devices"][wildcards.device]["backend"] != "flops"
+    return workflow.cores if timed and config["verify"]["max_rounds"] > 0 else 1
+
+
 def unaries_of(wildcards):
     """OWS: one supernet for every device and target; AOWS: one per (device, target)."""
     if wildcards.method == "ows":

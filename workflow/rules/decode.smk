@@ -2,8 +2,12 @@
 
 Inputs:  results/supernet/ows/unaries.parquet (OWS: one supernet for every device and target),
          results/supernet/aows/{device}/{target}/unaries.parquet (AOWS: one per device and target),
-         results/lut/{device}/lut.parquet
+         results/lut/{device}/lut.parquet, results/latency/{device}.parquet (the timings it was fitted on)
 Outputs: results/decisions/{device}/{method}/{target}.parquet (the decisions contract)
+
+Every decision is verified on its device (docs/method.md D36): the decided network is timed and the table refitted
+until its timing confirms its prediction, so decode and decide_baseline are timing rules (all cores, alone) on
+a timed device.
 
 decode and decide_baseline are checkpoints: a finalist's retraining is that of the network its decision
 names (rules/retrain.smk), known only once the decision exists.
@@ -14,6 +18,7 @@ checkpoint decode:
     input:
         unaries=unaries_of,
         lut="results/lut/{device}/lut.parquet",
+        latency="results/latency/{device}.parquet",
         ok="results/targets/{device}/{target}.json",
     output:
         "results/decisions/{device}/{method}/{target}.parquet",
@@ -25,12 +30,13 @@ checkpoint decode:
         method="ows|aows",
     conda:
         "../../envs/aows.yaml"
+    threads: decision_threads
     params:
         cfg=settings("decode"),
         stamp=stamp("decode"),
     shell:
         "aows decode --config-json {params.cfg:q} --device {wildcards.device} --method {wildcards.method} "
-        "--unaries {input.unaries:q} --lut {input.lut:q} --target {wildcards.target:q} --out {output:q} > {log:q} 2>&1"
+        "--unaries {input.unaries:q} --lut {input.lut:q} --latency {input.latency:q} --target {wildcards.target:q} --out {output:q} > {log:q} 2>&1"
 
 
 # The greedy trajectory depends on the OWS supernet only: computed once, for every device and target.
@@ -60,6 +66,7 @@ checkpoint decide_baseline:
     input:
         unpack(baseline_inputs),
         lut="results/lut/{device}/lut.parquet",
+        latency="results/latency/{device}.parquet",
         ok="results/targets/{device}/{target}.json",
     output:
         "results/decisions/{device}/{method}/{target}.parquet",
@@ -69,6 +76,7 @@ checkpoint decide_baseline:
         method="greedy|uniform",
     conda:
         "../../envs/aows.yaml"
+    threads: decision_threads
     params:
         cfg=settings("decide_baseline"),
         stamp=stamp("decide_baseline"),
@@ -77,4 +85,4 @@ checkpoint decide_baseline:
         ),
     shell:
         "aows decide-baseline --config-json {params.cfg:q} --device {wildcards.device} --method {wildcards.method} "
-        "--lut {input.lut:q} {params.trajectory} --target {wildcards.target:q} --out {output:q} > {log:q} 2>&1"
+        "--lut {input.lut:q} --latency {input.latency:q} {params.trajectory} --target {wildcards.target:q} --out {output:q} > {log:q} 2>&1"

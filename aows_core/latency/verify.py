@@ -1,0 +1,72 @@
+"""Verification of a decision on its device (docs/method.md D36): time the decided network, refit the table with
+its timing, decide again, until the decided network's timing confirms its prediction.
+
+The decoder seeks the fastest-looking networks, so a decision lands where the table errs low more often than a
+random network does (eq. lat's error is selected, not averaged). Profiling times random networks; this loop times
+the one that matters and gives it the weight to correct the table around it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..search.chain import InfeasibleTarget
+from ..space import SearchSpace
+from .fit import fit_table
+
+Channels = tuple[int, ...]
+
+
+def verify_decision(
+    decide: Callable[[np.ndarray], dict[str, Any]],
+    time_network: Callable[[Sequence[int]], float],
+    refit: Callable[[Mapping[Channels, float]], np.ndarray],
+    x0: np.ndarray,
+    *,
+    tolerance: float,
+    max_rounds: int,
+) -> tuple[dict[str, Any], np.ndarray, list[dict[str, Any]]]:
+    """Decide on `x0`, time the decided network; while its timing differs from its prediction by more than
+    `tolerance` (relative), refit on every timing so far and decide again — at most `max_rounds` refits, so at most
+    `max_rounds` + 1 networks timed.
+
+    Returns the final decision (its `predicted_latency_ms` from the final table), that table, and one trace row per
+    round: the decided channels, predicted and measured latency, relative error predicted ÷ measured − 1, and
+    whether the network was timed in that round (else it was timed in an earlier one). The final decision's
+    network is always timed: the last trace row says how far it lands. When a refit leaves no network meeting the
+    target, the decision before it stands and its trace row says so (`stopped`)."""
+    x, timed, trace = np.asarray(x0, dtype=np.float64), {}, []
+    row = decide(x)
+    for k in range(max_rounds + 1):
+        c = tuple(int(v) for v in row["channels"])
+        new = c not in timed
+        if new:
+            timed[c] = float(time_network(list(c)))
+        err = row["predicted_latency_ms"] / timed[c] - 1.0
+        trace.append({"round": k, "channels": list(c), "predicted_ms": float(row["predicted_latency_ms"]),
+                      "measured_ms": timed[c], "rel_error": float(err), "timed": new})
+        if abs(err) <= tolerance or k == max_rounds:
+            break
+        x_new = refit(timed)
+        try:
+            row_new = decide(x_new)
+        except InfeasibleTarget as e:  # the device is slower than the table said: no network meets the target now
+            trace[-1]["stopped"] = f"no network meets the target under the refitted table ({e})"
+            break
+        x, row = x_new, row_new
+    return row, x, trace
+
+
+def refit_with(space: SearchSpace, sets: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+               timed: Mapping[Channels, float], lut_cfg: Mapping[str, Any], weight: int) -> np.ndarray:
+    """The table fitted as `fit-lut` fits it (§4 eq. linear_lat, λ on lambda_val) with each verified network added
+    to the training networks `weight` times."""
+    idx_tr, l_tr, ids_tr = sets["train"]
+    vi = np.stack([space.indices(list(c)) for c in timed])
+    vl = np.array(list(timed.values()), dtype=np.float64)
+    train = (np.concatenate([idx_tr] + [vi] * weight), np.concatenate([l_tr] + [vl] * weight),
+             np.concatenate([ids_tr] + [np.full(len(vl), -1, dtype=ids_tr.dtype)] * weight))
+    best, results, _, _, _ = fit_table(space, {**sets, "train": train}, lut_cfg)
+    return results[best].x

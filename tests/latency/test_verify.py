@@ -1,0 +1,118 @@
+"""Decisions verified on their device (docs/method.md D36): the loop of aows_core.latency.verify and its refit.
+
+The device is the synthetic one with a strong non-additive term, so the profiled table errs where the decoder
+looks; its noise-free `true_latency` stands for a timing, so every property is exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aows_core.config import space_from_config, validate
+from aows_core.devices import get_device
+from aows_core.latency import fit, lut
+from aows_core.latency.sampling import config_rows
+from aows_core.latency.verify import refit_with, verify_decision
+from aows_core.search.decisions import decide
+from aows_core.search.targets import resolve_target
+
+RAW = {"seed": 1, "space": {"resolution": 8, "n_choices": 3, "width_mult": 0.25},
+       "devices": {"synth": {"backend": "synthetic", "noise": 0.0, "drift": 0.0, "nonadditive": 0.15}},
+       "sampling": {"coverage": 3, "lambda_val": 20, "test": 5}}
+
+
+@pytest.fixture(scope="module")
+def table():
+    """The space, the noise-free device, the training and λ-validation sets and the table fitted on them."""
+    cfg = validate(RAW)
+    space = space_from_config(cfg)
+    dev = get_device(cfg["devices"]["synth"], space, cfg["seed"])
+    rows, _ = config_rows(space, cfg["seed"], cfg["sampling"])
+    cols = {"role": ["sample"] * len(rows), "set": [r["set"] for r in rows], "channels": [r["channels"] for r in rows],
+            "latency_ms": [dev.true_latency(r["channels"]) for r in rows], "config_id": [r["config_id"] for r in rows]}
+    sets = lut.split_sets(space, cols)
+    best, results, _, _, _ = fit.fit_table(space, sets, cfg["lut"])
+    return cfg, space, dev, sets, results[best].x
+
+
+def _ows(space, target):
+    """The decoder (eq. lagrange) under unaries where wider is better: it seeks the fastest-looking networks."""
+    rng = np.random.default_rng(0)
+    u = [(len(c) - np.arange(len(c))) * 0.1 + rng.normal(0, 0.02, len(c)) for c in space.choices]
+    return lambda x: decide(space, u, x, [target], method="ows", device="synth", unit="ms")[0]
+
+
+def _verify(table, target, **kw):
+    cfg, space, dev, sets, x0 = table
+    timings = []
+
+    def time_network(c):
+        timings.append(list(c))
+        return dev.true_latency(c)
+
+    refit = lambda timed: refit_with(space, sets, timed, cfg["lut"], 20)  # noqa: E731
+    row, x, trace = verify_decision(_ows(space, target), time_network, refit, x0, **kw)
+    return row, x, trace, timings
+
+
+def test_the_refit_honours_the_verified_network(table):
+    """A network the additive table mispredicts by several percent is predicted within 1 % once it counts 20 times."""
+    cfg, space, dev, sets, x0 = table
+    cands = [r["channels"] for r in config_rows(space, 5, {**cfg["sampling"], "coverage": 1})[0]][:40]
+    errs = [lut.predict(space, x0, space.indices(c)) / dev.true_latency(c) - 1 for c in cands]
+    worst = cands[int(np.argmax(np.abs(errs)))]
+    assert abs(max(errs, key=abs)) > 0.03
+    x = refit_with(space, sets, {tuple(worst): dev.true_latency(worst)}, cfg["lut"], 20)
+    assert abs(lut.predict(space, x, space.indices(worst)) / dev.true_latency(worst) - 1) < 0.01
+
+
+def test_verification_ends_on_a_network_whose_timing_confirms_its_prediction(table):
+    """Every target: the final decision's network was timed and lands within the tolerance, the trace says so, and
+    the decision is the decoder's on the final table; without verification some target misses by more."""
+    cfg, space, dev, sets, x0 = table
+    missed = []
+    for r in (0.3, 0.5, 0.7, 0.9):
+        target = f"{resolve_target(f'range:{r}', space, x0, 'ms'):.9f}ms"
+        missed.append(abs(_ows(space, target)(x0)["predicted_latency_ms"] /
+                          dev.true_latency(_ows(space, target)(x0)["channels"]) - 1))
+        row, x, trace, timings = _verify(table, target, tolerance=0.01, max_rounds=6)
+        last = trace[-1]
+        assert last["channels"] == row["channels"] and abs(last["rel_error"]) <= 0.01
+        assert row["predicted_latency_ms"] == pytest.approx(last["predicted_ms"])
+        assert last["measured_ms"] == pytest.approx(dev.true_latency(row["channels"]))
+        assert row == _ows(space, target)(x)
+        assert len(timings) == len({tuple(c) for c in timings}) == sum(t["timed"] for t in trace)
+    assert max(missed) > 0.01
+
+
+def test_verification_stops_after_max_rounds_and_says_it_did_not_converge(table):
+    """A device that never agrees with the table: max_rounds refits, max_rounds + 1 timings at most, and the last
+    trace row carries the error left."""
+    cfg, space, dev, sets, x0 = table
+    calls = []
+
+    def slow(c):
+        calls.append(c)
+        return 2.0 * dev.true_latency(c)
+
+    target = f"{resolve_target('range:0.5', space, x0, 'ms'):.9f}ms"
+    row, x, trace = verify_decision(_ows(space, target), slow, lambda timed: x0, x0, tolerance=0.01,
+                                    max_rounds=3)
+    assert len(trace) == 4 and len(calls) == 1 and [t["timed"] for t in trace] == [True, False, False, False]
+    assert trace[-1]["rel_error"] == pytest.approx(row["predicted_latency_ms"] / (2 * dev.true_latency(row["channels"])) - 1)
+    assert trace[-1]["rel_error"] < -0.3
+    row0, _, trace0 = verify_decision(_ows(space, target), slow, lambda timed: x0, x0, tolerance=0.01,
+                                      max_rounds=0)
+    assert len(trace0) == 1 and row0 == row
+
+
+def test_a_target_the_device_cannot_meet_keeps_the_last_decision_and_says_why(table):
+    """Near the bottom of the range the device is slower than the table: after a refit no network meets the pinned
+    target; the decision before that refit stands, timed, and the trace says why verification stopped."""
+    cfg, space, dev, sets, x0 = table
+    target = f"{resolve_target('range:0.2', space, x0, 'ms'):.9f}ms"
+    row, x, trace, timings = _verify(table, target, tolerance=0.01, max_rounds=6)
+    assert "no network meets the target" in trace[-1]["stopped"]
+    assert trace[-1]["channels"] == row["channels"] and np.array_equal(x, x0) == (len(trace) == 1)
+    assert row == _ows(space, target)(x)
