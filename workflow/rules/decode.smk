@@ -28,6 +28,7 @@ checkpoint decode:
         "results/benchmarks/decode_{device}_{method}_{target}.tsv"
     wildcard_constraints:
         method="ows|aows",
+    priority: 50  # a verified decision times alone: take both cores when they free, before retraining
     conda:
         "../../envs/aows.yaml"
     threads: decision_threads
@@ -74,6 +75,7 @@ checkpoint decide_baseline:
         "results/logs/decide_{device}_{method}_{target}.log",
     wildcard_constraints:
         method="greedy|uniform",
+    priority: 50  # a verified decision times alone: take both cores when they free, before retraining
     conda:
         "../../envs/aows.yaml"
     threads: decision_threads

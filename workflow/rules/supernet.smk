@@ -86,6 +86,8 @@ rule train_aows:
         "results/logs/train_aows_{device}_{target}.log",
     benchmark:
         "results/benchmarks/train_aows_{device}_{target}.tsv"
+    # Before any retraining: each AOWS run needs every core, which retraining jobs would otherwise keep taking.
+    priority: 50
     conda:
         "../../envs/aows.yaml"
     threads: node_threads("supernet")  # per node; torchrun starts one process per GPU
