@@ -15,7 +15,7 @@ _EXPORTS = {
                 "check_writable"),
     "atomic": ("atomic_write", "copy_file", "write_text", "write_json", "save_onnx", "save_figure"),
     "readers": ("SPACE_WORDING", "DEVICE_WORDING", "require_space", "require_device", "read_configs", "read_latency",
-                "read_lut", "read_unaries", "write_decisions", "read_decisions", "read_decision", "decision_channels",
+                "read_lut", "require_fitted_on", "read_unaries", "write_decisions", "read_decisions", "read_decision", "decision_channels",
                 "read_trajectory", "read_by_finalist"),
     "torchfiles": ("to_cpu", "save_torch", "load_torch", "read_supernet_state", "read_network", "read_epoch_checkpoint"),
     "journal": ("Journal",),
@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
                           write_records, write_table)
     from .readers import (DEVICE_WORDING, SPACE_WORDING, decision_channels, read_by_finalist, read_configs,  # noqa: F401
                           read_decision, read_decisions, read_latency, read_lut, read_trajectory, read_unaries,
+                          require_fitted_on,
                           require_device, require_space, write_decisions)
     from .schemas import CHANNELS, META_KEY, SCHEMAS  # noqa: F401
     from .torchfiles import (load_torch, read_epoch_checkpoint, read_network, read_supernet_state,  # noqa: F401

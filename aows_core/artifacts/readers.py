@@ -86,6 +86,16 @@ def read_lut(path: str | os.PathLike, space: SearchSpace, device: str | None = N
         raise ArtifactError(f"{path}: {e}; refit the table with `aows fit-lut`") from e
 
 
+def require_fitted_on(lut_path: str | os.PathLike, tmeta: Mapping[str, Any], latency: str | os.PathLike,
+                      lmeta: Mapping[str, Any], device: str) -> None:
+    """Refuse a LUT that was not fitted on this latency file (same device, same fingerprint)."""
+    if tmeta.get("device") != device or tmeta.get("fingerprint") != lmeta.get("fingerprint"):
+        raise ArtifactError(
+            f"{lut_path} (device {tmeta.get('device')!r}, fingerprint {tmeta.get('fingerprint')}) was not fitted on "
+            f"{latency} (device {lmeta.get('device')!r}, fingerprint {lmeta.get('fingerprint')}); fit the LUT on that file"
+        )
+
+
 def read_unaries(path: str | os.PathLike, space: SearchSpace, epoch: int | None = None) -> tuple[list[np.ndarray], dict, int]:
     """Per-node unaries δ of eq. average_error (NaN where count = 0) of one epoch (default: the last).
 

@@ -28,9 +28,7 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
     if latency is None:
         return [decide_one(x0, t) for t in targets], {**plain, "reason": "no latency file given (--latency)"}
     ltable, lmeta = artifacts.read_latency(latency, space, device_name)
-    if tmeta.get("fingerprint") != lmeta.get("fingerprint"):
-        raise artifacts.ArtifactError(f"{lut_path} was not fitted on {latency} (fingerprints differ); give the "
-                                      f"latency file the LUT was fitted on")
+    artifacts.require_fitted_on(lut_path, tmeta, latency, lmeta, device_name)
     if lmeta.get("analytic") or settings["max_rounds"] == 0:
         reason = "analytic device: its table is exact" if lmeta.get("analytic") else "verify.max_rounds is 0"
         return [decide_one(x0, t) for t in targets], {**plain, "reason": reason}
@@ -93,7 +91,6 @@ def print_verification(path: Any) -> None:
 
     if path is None:
         return
-
     for line in verification_note(artifacts.read_table(path, "decisions")[1].get("verification") or {}):
         print(line)
 

@@ -64,10 +64,9 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    from ._verify import print_verification
+
     for r in rows:
         print(f"{r['method']} @ {r['target']} ({r['target_ms']:.4g} {r['unit']}): {r['channels']} predicted "
               f"{r['predicted_latency_ms']:.4g}")
-    from ._verify import print_verification
-
     print_verification(getattr(args, "out", None))
-

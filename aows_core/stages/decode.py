@@ -57,6 +57,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     from ..search.decisions import width_signal_note
+    from ._verify import print_verification
 
     note = width_signal_note(rows[0]["width_signal_z"]) if rows else None
     if note:
@@ -65,7 +66,4 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         print(f"{r['method']} @ {r['target']} ({r['target_ms']:.4g} {r['unit']}): {r['channels']} predicted "
               f"{r['predicted_latency_ms']:.4g}, Σδ {r['objective']:.4g}, γ {r['gamma']:.3g}, gap {r['gap']:.3g}"
               f"{' (exact)' if r['exact'] else ''}")
-    from ._verify import print_verification
-
     print_verification(getattr(args, "out", None))
-

@@ -35,11 +35,7 @@ def _finalists(space: SearchSpace, device_name: str, inputs: Mapping[str, Any]) 
     latency, lut_path = inputs["latency"], inputs["lut"]
     ltable, lmeta = artifacts.read_latency(latency, space, device_name)
     x, tmeta = artifacts.read_lut(lut_path, space)
-    if tmeta.get("device") != device_name or tmeta.get("fingerprint") != lmeta.get("fingerprint"):
-        raise artifacts.ArtifactError(
-            f"{lut_path} (device {tmeta.get('device')!r}, fingerprint {tmeta.get('fingerprint')}) was not fitted on "
-            f"{latency} (device {lmeta.get('device')!r}, fingerprint {lmeta.get('fingerprint')}); fit the LUT on that file"
-        )
+    artifacts.require_fitted_on(lut_path, tmeta, latency, lmeta, device_name)
     finalists = artifacts.read_decisions(inputs["decisions"], space, device_name)
     if not finalists:
         raise MeasureError(f"no finalists to measure on device {device_name!r}: the decision files hold no rows")

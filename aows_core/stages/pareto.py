@@ -132,10 +132,13 @@ def proxy_scores(prox: list[dict[str, Any]]) -> dict[str, list[float]]:
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    from ..evaluation import method_comparison, proxy_rows, ranking_reliability
+    from pathlib import Path
+
+    from .. import artifacts
     from ..report import summary_markdown
 
     print(summary_markdown(rows))
-    for message in (method_comparison(rows)[1], ranking_reliability(rows, proxy_scores(proxy_rows(rows)))[1]):
+    meta = artifacts.read_table(Path(args.out).with_suffix(".parquet"), "pareto")[1]
+    for message in (meta.get("comparison_message"), meta.get("ranking_message")):
         if message:
             print(message)
