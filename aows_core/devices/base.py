@@ -37,6 +37,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "nonadditive": 0.02,
     "interference": 0.0,
     "regime_dwell": 3.0,
+    "stretch": 0.0,
 }
 
 

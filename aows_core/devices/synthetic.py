@@ -11,6 +11,9 @@ The truth follows the latency model of §4 (eq. lat) plus what breaks it on real
 - interference: the host flips between a fast and a slow state (× (1 + interference)) with
   exponentially distributed dwell times of mean `regime_dwell` jobs — a busy shared machine, whose
   disturbances last longer than one network's timing but are shorter than the reference spacing;
+- a host state that stretches the latency scale (docs/method.md D37): with f the drift × interference factor, a
+  network of true latency l is timed at l·f·(l / l_ref)^(stretch·log f), l_ref the reference network's truth, so
+  its ratio to the reference is raised to 1 + stretch·log f;
 - multiplicative log-normal noise per repeat, exp(noise·z) (median 1).
 
 Every random choice derives from the seed: the table from `default_rng([seed, 2**32-1, 7])`, the
@@ -43,7 +46,7 @@ class Synthetic(Device):
 
     name = "synthetic"
     unit = "ms"
-    keys = ("batch_size", "noise", "drift", "nonadditive", "interference", "regime_dwell")
+    keys = ("batch_size", "noise", "drift", "nonadditive", "interference", "regime_dwell", "stretch")
 
     def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
         super().__init__(spec, space, seed)
@@ -52,6 +55,7 @@ class Synthetic(Device):
         self.nonadditive = float(self.spec["nonadditive"])
         self.interference = float(self.spec["interference"])
         self.regime_dwell = float(self.spec["regime_dwell"])
+        self.stretch = float(self.spec["stretch"])
         if self.regime_dwell <= 0:
             raise ValueError(f"synthetic: regime_dwell must be > 0 jobs, got {self.regime_dwell}")
         for k in ("noise", "drift", "nonadditive", "interference"):
@@ -128,6 +132,12 @@ class Synthetic(Device):
         slow = int(np.searchsorted(self._switches, t, side="right")) % 2 == 1
         return 1.0 + self.interference if slow else 1.0
 
+    @cached_property
+    def _reference_truth(self) -> float:
+        """The true latency of the protocol's reference network (the middle width choice of every layer), the pivot
+        of the stretch (D37)."""
+        return self.true_latency([c[(len(c) - 1) // 2] for c in self.space.layer_choices])
+
     # ---- device interface --------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         """Settings, seed and a hash of the hidden table (no machine: synthetic timings travel)."""
@@ -140,13 +150,16 @@ class Synthetic(Device):
         job = int(job)
         if job < 0:
             raise ValueError(f"synthetic: job must be ≥ 0, got {job}")
-        truth = self.true_latency(channels) * self.drift_factor(job)
+        truth = self.true_latency(channels)
+        size = np.log(truth / self._reference_truth)
+        drift = self.drift_factor(job)
 
         def run(repeats: int, warmup: int, min_time_s: float) -> tuple[np.ndarray, float]:
             k = self._ticks.get(job, 0)
             self._ticks[job] = k + 1
             rng = np.random.default_rng([self.seed, job] if k == 0 else [self.seed, job, k])
-            level = truth * self.regime_factor(job + min(k, TICKS - 1) / TICKS)
+            f = drift * self.regime_factor(job + min(k, TICKS - 1) / TICKS)
+            level = truth * f * np.exp(self.stretch * np.log(f) * size)
             samples = level * np.exp(self.noise * rng.standard_normal(repeats))
             return samples, float(samples.sum()) / 1e3
 

@@ -8,7 +8,8 @@ whose speed changes (docs/method.md D3, D27):
   latency_ms = stat(network) / reference level × the session's reference baseline (`correct_paired`), the level
   being the running median of neighbouring jobs' references while the host is steady and the job's own where it
   jumped (`paired_reference`). Jobs whose chunk ratios disagree far more than the session's typical job were
-  disturbed while timed and are timed again within a budget (`disturbed`).
+  disturbed while timed and are timed again within a budget (`disturbed`). Where the host's state slows small and
+  large networks by different factors, the ratios are expressed at the baseline's state (D37, `stretch`).
 - `interpolated`: a reference job every `reference_every` jobs, smoothed by a running median of
   DRIFT_WINDOW measurements and interpolated over job order (`correct_drift`).
 
@@ -32,6 +33,7 @@ import numpy as np
 
 from ..space import SearchSpace
 from .lut import columns_of, predict
+from .stretch import apply_stretch, estimate_stretch
 
 STATISTICS = {
     "median": lambda s: float(np.median(s)),
@@ -207,19 +209,35 @@ def correct_paired(rows: list[dict], baseline: float | None = None) -> tuple[lis
     returns rows and the session's baseline.
 
     The session's baseline is the median of its jobs' reference timings; latencies are expressed at
-    `baseline` (another session's, e.g. the LUT's) when given. drift_factor = latency_ms_raw / latency_ms.
+    `baseline` (another session's, e.g. the LUT's) when given. drift_factor = reference level ÷ baseline, the host's
+    state (= latency_ms_raw / latency_ms until the stretch of D37 is applied).
     """
     session = float(np.median([r["ref_ms_raw"] for r in rows])) if rows else float("nan")
     to = session if baseline is None else float(baseline)
     for r, ref in zip(rows, paired_reference(rows)):
         r["latency_ms"] = r["latency_ms_raw"] / ref * to
-        r["drift_factor"] = r["latency_ms_raw"] / r["latency_ms"]
+        r["drift_factor"] = ref / to
     return rows, session
 
 
-def correct(rows: list[dict], pairing: str, baseline: float | None = None) -> tuple[list[dict], float]:
-    """The protocol's correction: `correct_paired` or `correct_drift` (D3, D27)."""
-    return correct_paired(rows, baseline) if pairing == "paired" else correct_drift(rows, baseline=baseline)
+def correct(rows: list[dict], pairing: str, baseline: float | None = None,
+            stretch: Mapping[str, Any] | None = None) -> tuple[list[dict], float]:
+    """The protocol's correction: `correct_paired` or `correct_drift` (D3, D27); paired timings then expressed at the
+    baseline's host state with the profiling session's `stretch` (D37) when given."""
+    if pairing != "paired":
+        return correct_drift(rows, baseline=baseline)
+    rows, session = correct_paired(rows, baseline)
+    return apply_stretch(rows, stretch, session if baseline is None else float(baseline)), session
+
+
+def correct_profile(rows: list[dict], pairing: str, estimate: bool) -> tuple[list[dict], float, dict[str, Any] | None]:
+    """A profiling session's correction: `correct` with the stretch (D37) estimated from its own retest pairs when
+    `estimate` and the timings are paired; returns rows, the session's baseline and the stretch (None otherwise)."""
+    rows, baseline = correct(rows, pairing)
+    if pairing != "paired" or not estimate:
+        return rows, baseline, None
+    stretch = estimate_stretch(rows, baseline)
+    return apply_stretch(rows, stretch, baseline), baseline, stretch
 
 
 # A job whose chunk ratios spread this many times more than the session's typical job was disturbed while timed.
@@ -454,15 +472,15 @@ def round_noise(per_net: Mapping[int, Sequence[float]]) -> float:
 def finalist_rows(
     finalists: Sequence[Mapping[str, Any]], rows: list[dict], nets: Sequence[tuple[int, ...]], baseline: float,
     analytic: bool, device_name: str, match: bool, pairing: str = "interpolated", max_noise: float = float("inf"),
-    lut_too_noisy: bool = False,
+    lut_too_noisy: bool = False, stretch: Mapping[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], float, float]:
-    """Correct the timings to the LUT's reference `baseline` and give each finalist its median over rounds (§7, D24);
+    """Correct the timings to the LUT's reference `baseline` (and its profile's `stretch`, D37) and give each finalist its median over rounds (§7, D24);
     returns the rows, the session's own baseline and its noise across rounds. A finalist is flagged `too_noisy`
     when the LUT's profile failed the noise gate or this session's noise across rounds exceeds `max_noise`."""
     if analytic:
         rows, session_baseline = correct_drift(rows)
     else:
-        rows, session_baseline = correct(rows, pairing, baseline)
+        rows, session_baseline = correct(rows, pairing, baseline, stretch)
     per_net: dict[int, list[tuple[float, float]]] = {}
     for r in rows:
         if r["role"] == "finalist":

@@ -117,7 +117,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     baseline = float(lmeta["reference_baseline"]) if not dev.analytic else float("nan")
     out_rows, session_baseline, noise = finalist_rows(
         finalists, rows, nets, baseline, dev.analytic, device_name, match, pairing=protocol["pairing"],
-        max_noise=float(lmeta["max_noise"]), lut_too_noisy=bool(lmeta["too_noisy"]))
+        max_noise=float(lmeta["max_noise"]), lut_too_noisy=bool(lmeta["too_noisy"]), stretch=lmeta.get("stretch"))
     meta = artifacts.provenance(
         space,
         device_name,
@@ -139,9 +139,10 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         session_reference_baseline=session_baseline,
         pairing=protocol["pairing"],
         correction=("corrected = stat(network) / stat(alternating reference) × reference_baseline(LUT), as in "
-                    "profiling (D27)" if protocol["pairing"] == "paired" else
+                    "profiling (D27), at the profile's host state (stretch, D37)" if protocol["pairing"] == "paired" else
                     "corrected = raw × reference_baseline(LUT) / ref(job); ref = running median of the reference "
                     "series interpolated over job order (as in profiling)"),
+        stretch=lmeta.get("stretch"),
         round_noise=noise,
         max_noise=float(lmeta["max_noise"]),
         lut_too_noisy=bool(lmeta["too_noisy"]),

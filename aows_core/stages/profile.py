@@ -98,7 +98,7 @@ def profile_session(
     `targets`. Resumable at any job; writes the latency artifact."""
     from .. import artifacts
     from ..devices import get_device
-    from ..latency.protocol import (Job, correct, disturbed, noise_gate, number_jobs, plan_hash, profile_plan,
+    from ..latency.protocol import (Job, correct_profile, disturbed, noise_gate, number_jobs, plan_hash, profile_plan,
                                     reference_config, reference_instability, retest_noise)
     from ..latency.rounds import next_round, round_error, stop_reason
 
@@ -127,7 +127,7 @@ def profile_session(
         complete, todo = sess.run(plan), plan
         next_id = max((j.config_id for j in plan), default=-1) + 1
         while complete:
-            rows, _ = correct(sess.rows(), pairing)
+            rows, _, _ = correct_profile(sess.rows(), pairing, protocol["stretch"])
             threshold = _threshold(protocol, targets, rows, device.analytic)
             if pairing == "paired":  # this round's disturbed jobs, timed again (D27)
                 mine = {j.job for j in todo}
@@ -138,7 +138,7 @@ def profile_session(
                 complete = sess.run(retime, {j.job: r["job"] for j, r in zip(retime, again)})
                 if not complete:
                     break
-                rows, _ = correct(sess.rows(), pairing)
+                rows, _, _ = correct_profile(sess.rows(), pairing, protocol["stretch"])
             if max_rounds == 1:
                 break
             err, n_train = round_error(space, rows, lut_cfg)
@@ -164,7 +164,7 @@ def profile_session(
         return {"complete": False, "done": len(journal.rows), "total": len(sess.jobs)}
     timed_s = sum(r["timed_s"] for r in journal.rows)
     overhead = sum(r["overhead_s"] for r in journal.rows)
-    rows, baseline = correct(sess.rows(), pairing)
+    rows, baseline, stretch = correct_profile(sess.rows(), pairing, protocol["stretch"] and not device.analytic)
     noise = retest_noise(rows) if not device.analytic else retest_noise([])
     gate = noise_gate(noise["sigma_n"], reference_instability(rows, pairing), threshold, pairing)
     for r in rows:
@@ -192,6 +192,7 @@ def profile_session(
         overhead_s=overhead,
         session_wall_s=wall,
         retimed=n_retimed,
+        stretch=stretch,
         rounds=history,
         rounds_stopped=stopped,
         next_job=len(sess.jobs),
@@ -204,7 +205,7 @@ def profile_session(
     if gate["too_noisy"]:
         warnings.warn(f"{device_name}: {gate['noise_message']}", stacklevel=2)
     return {"complete": True, "done": len(rows), "total": len(sess.jobs), **noise, **gate, "retimed": n_retimed,
-            "rounds": history, "rounds_stopped": stopped, "reference_baseline": baseline}
+            "rounds": history, "rounds_stopped": stopped, "reference_baseline": baseline, "stretch": stretch}
 
 
 def _threshold(protocol: Mapping[str, Any], targets: Sequence[str], rows: list[dict], analytic: bool) -> float:
@@ -240,6 +241,13 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     )
 
 
+def stretch_note(s: Mapping[str, Any]) -> str:
+    """One line on the host's stretch (D37): β with its standard error and whether the timings were corrected."""
+    head = f"host stretch β = {s['beta']:+.3f} ± {s['beta_se']:.3f} over {s['pairs']} retest pairs"
+    return head + (f", h ∈ [{s['h_low']:+.3f}, {s['h_high']:+.3f}]: timings expressed at the baseline's host state "
+                   "(docs/method.md D37)" if s["applied"] else ": does not resolve, timings left as paired")
+
+
 def report(res: dict[str, Any], args: argparse.Namespace) -> None:
     if res["complete"]:
         print(f"wrote {args.out}: {res['done']} timings ({res['retimed']} timed again: disturbed); "
@@ -249,6 +257,8 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> None:
             print(f"  round {h['round']}: {h['train_networks']} training networks, λ-validation NRMSE {err}")
         if res["rounds_stopped"]:
             print(f"  stopped: {res['rounds_stopped']}")
+        if res.get("stretch"):
+            print(f"  {stretch_note(res['stretch'])}")
         if res["too_noisy"]:
             print(f"WARNING: {res['noise_message']}")
     else:

@@ -1,0 +1,111 @@
+"""A host state that slows small and large networks unequally (docs/method.md D37): the stretch β is recovered from
+retest pairs, applied only when it resolves, and removes the error it causes through profiling and measuring."""
+
+import numpy as np
+import pytest
+
+from aows_core import artifacts as io
+from aows_core.config import validate
+from aows_core.devices import get_device
+from aows_core.latency.protocol import correct, correct_profile
+from aows_core.latency.stretch import MIN_PAIRS, apply_stretch, estimate_stretch
+from aows_core.stages.profile import profile_session as profile, stretch_note
+from conftest import write_uniform_configs
+
+BASE = 2.0
+
+
+def _session(beta, n=60, noise=0.005, seed=0):
+    """Paired rows as `correct_paired` leaves them: ratio₀ raised to 1 + β·h in host state h, with timing noise; the
+    true ratios are returned beside them."""
+    rng = np.random.default_rng(seed)
+    r0 = np.exp(rng.uniform(-0.7, 0.7, n))
+    rows, truth = [], {}
+    for i in range(n):
+        truth[i] = r0[i]
+        for role in ("sample", "retest"):
+            h = rng.uniform(-0.4, 0.4)
+            ratio = r0[i] ** (1 + beta * h) * np.exp(noise * rng.standard_normal())
+            rows.append({"config_id": i, "role": role, "drift_factor": float(np.exp(h)),
+                         "latency_ms": BASE * ratio, "latency_ms_raw": BASE * ratio * np.exp(h)})
+    return rows, truth
+
+
+def _error(rows, truth):
+    return float(np.std([np.log(r["latency_ms"] / BASE / truth[r["config_id"]]) for r in rows]))
+
+
+def test_a_known_stretch_is_recovered_and_removed():
+    rows, truth = _session(-0.5)
+    s = estimate_stretch(rows, BASE)
+    assert s["applied"] and s["pairs"] == 60 and abs(s["beta"] + 0.5) < 3 * s["beta_se"] and s["beta_se"] < 0.05
+    assert s["h_low"] == pytest.approx(min(np.log(r["drift_factor"]) for r in rows))
+    before = _error(rows, truth)
+    after = _error(apply_stretch([dict(r) for r in rows], s, BASE), truth)
+    assert before > 0.04 and after < 0.01  # down to the timing noise (0.5 %)
+
+
+def test_no_stretch_is_not_applied_and_changes_nothing():
+    rows, _ = _session(0.0, seed=3)
+    s = estimate_stretch(rows, BASE)
+    assert not s["applied"] and abs(s["beta"]) < 2 * s["beta_se"]
+    assert apply_stretch([dict(r) for r in rows], s, BASE) == rows
+    wild = _session(-3.0, seed=4)[0]  # resolves, but would more than halve the scale within the session
+    assert not estimate_stretch(wild, BASE)["applied"]
+    few = estimate_stretch(_session(-0.5, n=MIN_PAIRS - 1)[0], BASE)  # too few pairs to resolve anything
+    assert not few["applied"] and few["pairs"] == MIN_PAIRS - 1
+
+
+def test_later_sessions_are_not_extrapolated_beyond_the_profile():
+    s = {"beta": -0.5, "beta_se": 0.01, "applied": True, "h_low": -0.1, "h_high": 0.1, "pairs": 50}
+    row = {"drift_factor": float(np.exp(-0.6)), "latency_ms": BASE * 2.0, "latency_ms_raw": 0.0}
+    out = apply_stretch([dict(row)], s, BASE)[0]
+    assert out["latency_ms"] == pytest.approx(BASE * 2.0 ** (1 / (1 - 0.5 * -0.1)))  # h clipped to −0.1
+    with pytest.raises(ValueError, match="profiling.stretch: false"):
+        apply_stretch([dict(row, drift_factor=float(np.exp(0.6)))], {**s, "beta": -10.0, "h_high": 1.0}, BASE)
+
+
+def test_correct_applies_the_profile_stretch_only_to_paired_timings():
+    rows = [{"job": j, "role": "finalist", "latency_ms_raw": 3.0, "ref_ms_raw": 1.5} for j in range(5)]
+    s = {"beta": -0.5, "beta_se": 0.01, "applied": True, "h_low": -1.0, "h_high": 1.0, "pairs": 50}
+    plain, _ = correct([dict(r) for r in rows], "paired", 1.0)
+    stretched, _ = correct([dict(r) for r in rows], "paired", 1.0, s)
+    h = np.log(1.5)
+    assert plain[0]["latency_ms"] == pytest.approx(2.0) and plain[0]["drift_factor"] == pytest.approx(1.5)
+    assert stretched[0]["latency_ms"] == pytest.approx(2.0 ** (1 / (1 - 0.5 * h)))
+    assert stretched[0]["drift_factor"] == pytest.approx(1.5)  # the host's state is kept
+    _, _, none = correct_profile([dict(r, role="sample", config_id=0) for r in rows], "paired", estimate=False)
+    assert none is None
+
+
+SPEC = {"backend": "synthetic", "noise": 0.005, "drift": 0.4, "nonadditive": 0.0, "interference": 0.3,
+        "regime_dwell": 3.0, "stretch": -0.5}
+
+
+def _profile(space, tmp_path, name, spec, **kw):
+    p = {**validate({})["profiling"], "repeats": 10, "retest": 40, **kw}
+    return profile(space, "synthetic", spec, tmp_path / "c.parquet", tmp_path / f"{name}.parquet", tmp_path / name, p,
+                   seed=2, progress=False, targets=["range:0.2", "range:0.6"])
+
+
+def _log_error(space, path, spec):
+    dev = get_device(spec, space, 2)
+    rows = [r for r in io.read_table(path, "latency")[0].to_pylist() if r["role"] == "sample"]
+    return float(np.std(np.log([r["latency_ms"] / dev.true_latency(r["channels"]) for r in rows])))
+
+
+def test_profiling_on_a_stretching_host(tiny_space, tmp_path):
+    """The synthetic device's host stretches the scale: profiling finds β, says so in the latency file, and its
+    timings track the truth far better than without; on a host that slows every network alike it applies nothing."""
+    write_uniform_configs(tiny_space, tmp_path / "c.parquet", (80, 10, 40))
+    on = _profile(tiny_space, tmp_path, "on", SPEC)
+    off = _profile(tiny_space, tmp_path, "off", SPEC, stretch=False)
+    s = io.read_table(tmp_path / "on.parquet", "latency")[1]["stretch"]
+    assert s["applied"] and on["stretch"] == s and abs(s["beta"] + 0.5) < max(3 * s["beta_se"], 0.1)
+    assert off["stretch"] is None and io.read_table(tmp_path / "off.parquet", "latency")[1]["stretch"] is None
+    e_on, e_off = _log_error(tiny_space, tmp_path / "on.parquet", SPEC), _log_error(tiny_space, tmp_path / "off.parquet", SPEC)
+    assert e_on < 0.5 * e_off and on["sigma_n"] < 0.5 * off["sigma_n"]
+    assert "expressed at the baseline's host state" in stretch_note(s)
+    alike = {**SPEC, "stretch": 0.0}
+    plain = _profile(tiny_space, tmp_path, "alike", alike)
+    assert not plain["stretch"]["applied"] and "does not resolve" in stretch_note(plain["stretch"])
