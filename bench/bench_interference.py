@@ -73,7 +73,15 @@ def session(cfg: dict, device: str, pairing: str, loaded: bool, d: Path, core: i
     return {"pairing": pairing, "load": "loaded" if loaded else "quiet", "sigma_n": res["sigma_n"],
             "retest_within_10pct": res["retest_within_10pct"], "reference_instability": res["reference_instability"],
             "nrmse": v["lut"]["nrmse"], "within_10pct": v["lut"]["within_10pct"], "kendall_tau": v["lut"]["kendall_tau"],
-            "too_noisy": res["too_noisy"], "retimed": res["retimed"], "jobs": res["total"], "wall_s": wall}
+            "too_noisy": res["too_noisy"], "retimed": res["retimed"], "jobs": res["total"], "wall_s": wall,
+            "stretch": res.get("stretch")}
+
+
+def _stretch(s: dict | None) -> str:
+    """β ± SE of the stretch (D37), and whether the session applied it; — without paired timing."""
+    if not s:
+        return "—"
+    return f"{s['beta']:+.2f} ± {s['beta_se']:.2f} ({'applied' if s['applied'] else 'not resolved'})"
 
 
 def main() -> None:
@@ -107,13 +115,14 @@ def main() -> None:
     keys = ("repeats", "chunks", "reference_share", "reference_every", "retest", "min_time_ms")
     print(f"\ndevice {args.device}, protocol {json.dumps({k: cfg['profiling'][k] for k in keys})}"
           + (f"; paired sessions min_time_ms {args.paired_min_time_ms}" if args.paired_min_time_ms is not None else ""))
-    print("| load | pairing | σ_n | retest ±10 % | ref. jumps | held-out NRMSE | within ±10 % | Kendall τ | gate | re-timed | wall |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| load | pairing | σ_n | retest ±10 % | ref. jumps | held-out NRMSE | within ±10 % | Kendall τ | gate | re-timed | "
+          "stretch β (D37) | wall |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['load']} | {r['pairing']} | {100 * r['sigma_n']:.2f} % | {100 * r['retest_within_10pct']:.0f} % | "
               f"{100 * r['reference_instability']:.1f} % | {100 * r['nrmse']:.2f} % | {100 * r['within_10pct']:.1f} % | "
               f"{r['kendall_tau']:.3f} | {'too noisy' if r['too_noisy'] else 'pass'} | {r['retimed']}/{r['jobs']} | "
-              f"{r['wall_s']:.0f} s |")
+              f"{_stretch(r['stretch'])} | {r['wall_s']:.0f} s |")
     by = {(r["load"], r["pairing"]): r for r in rows}
     for load in args.loads:
         a, b = by.get((load, "paired")), by.get((load, "interpolated"))

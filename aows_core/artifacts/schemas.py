@@ -67,6 +67,7 @@ SCHEMAS: Mapping[str, pa.Schema] = MappingProxyType({
     "lut_fit": pa.schema(
         [
             ("lam", pa.float64()),
+            ("mu", pa.float64()),
             ("train_rmse_ms", pa.float64()),
             ("train_nrmse", pa.float64()),
             ("val_rmse_ms", pa.float64()),

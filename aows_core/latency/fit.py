@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from ..space import SearchSpace
 from .lut import (LUTFitError, _missing_message, check_coverage, design_matrix, monotonicity_matrix,
-                  observation_counts)
+                  observation_counts, smoothness_matrix)
 from .metrics import latency_metrics
 
 # λ grid in relative units (l divided by its median): 0 (no prior) and a log grid 1e-4 … 1e1.
@@ -109,6 +109,7 @@ class FitResult:
     objective: float  # unscaled objective ‖Ax − l‖² + lam·‖max(Vx, 0)‖₁ + ρ_abs‖x‖² at x (ms²)
     scale: float  # median(l) used to scale the problem
     polished: bool  # OSQP polishing succeeded (off by default)
+    mu: float = 0.0  # weight of the smoothness prior μ‖Dx‖² (D38), the same in scaled and ms units
 
 
 def _scale_of(l: np.ndarray) -> float:
@@ -125,10 +126,13 @@ def _ridge_abs(A: sp.spmatrix, ridge: float) -> float:
     return float(ridge) * float(A.multiply(A).sum()) / A.shape[1]
 
 
-def objective(A: sp.spmatrix, l: np.ndarray, V: sp.spmatrix, x: np.ndarray, lam: float, ridge_abs: float) -> float:
-    """Value of ‖Ax − l‖² + λ‖max(Vx, 0)‖₁ + ρ‖x‖² (§4 fit objective) in whatever units A, l, x, λ, ρ are given."""
+def objective(A: sp.spmatrix, l: np.ndarray, V: sp.spmatrix, x: np.ndarray, lam: float, ridge_abs: float,
+              D: sp.spmatrix | None = None, mu: float = 0.0) -> float:
+    """Value of ‖Ax − l‖² + λ‖max(Vx, 0)‖₁ + ρ‖x‖² (§4 fit objective) + μ‖Dx‖² (the smoothness prior, D38) in
+    whatever units A, l, x, λ, ρ are given."""
     r = A @ x - l
-    return float(r @ r + lam * np.maximum(V @ x, 0).sum() + ridge_abs * (x @ x))
+    smooth = float(mu) * float(np.sum((D @ x) ** 2)) if D is not None and mu else 0.0
+    return float(r @ r + lam * np.maximum(V @ x, 0).sum() + ridge_abs * (x @ x)) + smooth
 
 
 def _check_inputs(A: sp.spmatrix, l: np.ndarray, V: sp.spmatrix, space: SearchSpace | None) -> tuple[sp.csr_matrix, np.ndarray, sp.csr_matrix]:
@@ -159,9 +163,12 @@ def fit_osqp(
     lambdas: Sequence[float] = DEFAULT_LAMBDAS,
     ridge: float = DEFAULT_RIDGE,
     space: SearchSpace | None = None,
+    D: sp.spmatrix | None = None,
+    mu: float = 0.0,
     **osqp_settings: Any,
 ) -> list[FitResult]:
-    """Solve §4's min ‖Ax − l‖² + λ‖max(Vx, 0)‖₁ + ρ‖x‖², x ≥ 0 for each λ (relative units), one cold OSQP solve each."""
+    """Solve §4's min ‖Ax − l‖² + λ‖max(Vx, 0)‖₁ + ρ‖x‖² + μ‖Dx‖², x ≥ 0 for each λ (relative units), one cold OSQP
+    solve each; μ‖Dx‖² is the smoothness prior of D38 (none when `mu` is 0 or `D` None)."""
     import osqp
 
     A, l, V = _check_inputs(A, l, V, space)
@@ -170,28 +177,35 @@ def fit_osqp(
         raise ValueError(f"lambdas must be a non-empty list of finite values ≥ 0; got {lambdas}")
     P_rows, n = A.shape
     K = V.shape[0]
+    mu = float(mu)
+    if not np.isfinite(mu) or mu < 0:
+        raise ValueError(f"the smoothness weight must be finite and ≥ 0; got {mu}")
+    Ds = sp.csr_matrix(D, dtype=np.float64) if D is not None and mu > 0 else sp.csr_matrix((0, n))
+    M = Ds.shape[0]
     scale = _scale_of(l)
     ls = l / scale
     rho = _ridge_abs(A, ridge)
 
-    # z = (x, r, s); ½ zᵀ H z + qᵀ z with H = diag(2ρ, 2, 0)
-    H = sp.diags(np.concatenate([np.full(n, 2.0 * rho), np.full(P_rows, 2.0), np.zeros(K)]), format="csc")
+    # z = (x, r, s, u); ½ zᵀ H z + qᵀ z with H = diag(2ρ, 2, 0, 2μ), r = Ax − l, s ≥ Vx, u = Dx
+    H = sp.diags(np.concatenate([np.full(n, 2.0 * rho), np.full(P_rows, 2.0), np.zeros(K), np.full(M, 2.0 * mu)]),
+                 format="csc")
     C = sp.vstack(
         [
-            sp.hstack([A, -sp.identity(P_rows), sp.csr_matrix((P_rows, K))]),
-            sp.hstack([V, sp.csr_matrix((K, P_rows)), -sp.identity(K)]),
-            sp.hstack([sp.identity(n), sp.csr_matrix((n, P_rows + K))]),
-            sp.hstack([sp.csr_matrix((K, n + P_rows)), sp.identity(K)]),
+            sp.hstack([A, -sp.identity(P_rows), sp.csr_matrix((P_rows, K + M))]),
+            sp.hstack([V, sp.csr_matrix((K, P_rows)), -sp.identity(K), sp.csr_matrix((K, M))]),
+            sp.hstack([sp.identity(n), sp.csr_matrix((n, P_rows + K + M))]),
+            sp.hstack([sp.csr_matrix((K, n + P_rows)), sp.identity(K), sp.csr_matrix((K, M))]),
+            sp.hstack([Ds, sp.csr_matrix((M, P_rows + K)), -sp.identity(M)]),
         ],
         format="csc",
     )
     inf = np.inf
-    lo = np.concatenate([ls, np.full(K, -inf), np.zeros(n), np.zeros(K)])
-    hi = np.concatenate([ls, np.zeros(K), np.full(n, inf), np.full(K, inf)])
+    lo = np.concatenate([ls, np.full(K, -inf), np.zeros(n), np.zeros(K), np.zeros(M)])
+    hi = np.concatenate([ls, np.zeros(K), np.full(n, inf), np.full(K, inf), np.zeros(M)])
     settings = {**OSQP_SETTINGS, **osqp_settings}
 
     def q_of(lam_rel: float) -> np.ndarray:
-        return np.concatenate([np.zeros(n + P_rows), np.full(K, lam_rel)])
+        return np.concatenate([np.zeros(n + P_rows), np.full(K, lam_rel), np.zeros(M)])
 
     algebra = osqp_algebra()
     results: list[FitResult] = []
@@ -221,9 +235,10 @@ def fit_osqp(
                 iterations=int(res.info.iter),
                 solve_s=solve_s,
                 n_violated=n_viol,
-                objective=objective(A, l, V, x, lam_rel * scale, rho),
+                objective=objective(A, l, V, x, lam_rel * scale, rho, Ds, mu),
                 scale=scale,
                 polished=int(res.info.status_polish) == 1,
+                mu=mu,
             )
         )
     return results
@@ -292,11 +307,14 @@ def lambda_scan(
     ridge: float = DEFAULT_RIDGE,
     space: SearchSpace | None = None,
     weighting: str = "relative",
+    D: sp.spmatrix | None = None,
+    mu: float = 0.0,
     **osqp_settings: Any,
 ) -> tuple[int, list[FitResult], list[dict[str, Any]]]:
-    """Fit §4's objective (rows weighted by `weighting`) over the λ grid on train; pick the λ of least lambda_val
-    RMSE; rows of the "lut_fit" schema (errors of the unweighted predictions)."""
-    results = fit_osqp(*weighted_rows(A_tr, l_tr, weighting), V, lambdas, ridge=ridge, space=space, **osqp_settings)
+    """Fit §4's objective (rows weighted by `weighting`, smoothness prior μ‖Dx‖², D38) over the λ grid on train;
+    pick the λ of least lambda_val RMSE; rows of the "lut_fit" schema (errors of the unweighted predictions)."""
+    results = fit_osqp(*weighted_rows(A_tr, l_tr, weighting), V, lambdas, ridge=ridge, space=space, D=D, mu=mu,
+                       **osqp_settings)
     rows = [scan_row(f, A_tr, l_tr, A_val, l_val) for f in results]
     best = int(np.argmin([r["val_rmse_ms"] for r in rows]))  # first minimum: ties go to the earlier grid entry
     rows[best]["chosen"] = True
@@ -316,6 +334,7 @@ def scan_row(
     mv = latency_metrics(A_val @ f.x, np.asarray(l_val, dtype=np.float64), tau=False)
     return {
         "lam": f.lam,
+        "mu": f.mu,
         "train_rmse_ms": mt["rmse_ms"],
         "train_nrmse": mt["nrmse"],
         "val_rmse_ms": mv["rmse_ms"],
@@ -347,6 +366,8 @@ def robust_lambda_scan(
     max_rounds: int = 3,
     space: SearchSpace | None = None,
     weighting: str = "relative",
+    D: sp.spmatrix | None = None,
+    mu: float = 0.0,
 ) -> tuple[int, list[FitResult], list[dict[str, Any]], np.ndarray]:
     """`lambda_scan` with outlier rejection: refit without networks whose relative residual exceeds
     `threshold` robust standard deviations (1.4826·MAD), recomputed on all rows each round.
@@ -361,7 +382,7 @@ def robust_lambda_scan(
     keep = np.ones(len(l_tr), dtype=bool)
     for _ in range(max_rounds):
         best, results, rows = lambda_scan(A_tr[keep], l_tr[keep], A_val, l_val, V, lambdas, ridge=ridge, space=space,
-                                          weighting=weighting)
+                                          weighting=weighting, D=D, mu=mu)
         if threshold <= 0:
             break
         rel = (A_tr @ results[best].x - l_tr) / l_tr
@@ -383,9 +404,11 @@ def fit_table(
     lut_cfg: Mapping[str, Any],
     exact: np.ndarray | None = None,
 ) -> tuple[int, list[FitResult], list[dict[str, Any]], np.ndarray, np.ndarray]:
-    """Fit the LUT on the train set, λ chosen on lambda_val (§4 eq. linear_lat); `exact`: an analytic device's known table.
+    """Fit the LUT on the train set, λ and the smoothness weight μ (`lut.smoothness`, D38) chosen together on
+    lambda_val (§4 eq. linear_lat); `exact`: an analytic device's known table.
 
-    `sets` is `lut.split_sets(...)`; returns (best, results, lut_fit rows, kept train rows, n_obs of the kept rows).
+    `sets` is `lut.split_sets(...)`; returns (best, results, lut_fit rows, kept train rows, n_obs of the kept rows),
+    results and rows over the whole (μ, λ) grid.
     """
     idx_tr, l_tr, _ = sets["train"]
     idx_val, l_val, _ = sets["lambda_val"]
@@ -401,9 +424,19 @@ def fit_table(
         best, results, rows = 0, [fit], [scan_row(fit, A_tr, l_tr, A_val, l_val, chosen=True)]
         keep = np.ones(len(l_tr), dtype=bool)
     else:
-        best, results, rows, keep = robust_lambda_scan(
-            A_tr, l_tr, A_val, l_val, V, lut_cfg["lambdas"], ridge=lut_cfg["ridge"],
-            threshold=lut_cfg["outlier_threshold"], weighting=lut_cfg["weighting"],
-        )
+        D = smoothness_matrix(space)
+        results, rows, kept = [], [], []
+        for mu in lut_cfg["smoothness"]:
+            b, res, rws, keep = robust_lambda_scan(
+                A_tr, l_tr, A_val, l_val, V, lut_cfg["lambdas"], ridge=lut_cfg["ridge"],
+                threshold=lut_cfg["outlier_threshold"], weighting=lut_cfg["weighting"], D=D, mu=float(mu),
+            )
+            rws[b]["chosen"] = False
+            results += res
+            rows += rws
+            kept += [keep] * len(res)
+        best = int(np.argmin([r["val_rmse_ms"] for r in rows]))  # first minimum: ties go to the smaller μ, λ
+        rows[best]["chosen"] = True
+        keep = kept[best]
     n_obs = observation_counts(A_tr[keep])
     return best, results, rows, keep, n_obs

@@ -127,6 +127,26 @@ def monotonicity_matrix(space: SearchSpace, pairs: np.ndarray | None = None) -> 
     return sp.csr_matrix((data, (rows, pairs.ravel())), shape=(k, space.n_variables))
 
 
+def smoothness_matrix(space: SearchSpace) -> sp.csr_matrix:
+    """D of the smoothness prior (docs/method.md D38): one row per three consecutive widths of one layer shape Θ
+    along c_in (c_out fixed) or along c_out (c_in fixed), the divided second difference times half the span, so
+    (D x)_k = 0 wherever the table is linear in that width and ‖D x‖ is in the table's units (ms)."""
+    index = {v: i for i, v in enumerate(space.variables)}
+    lines: dict[tuple, list[tuple[int, int]]] = {}
+    for (theta, c_in, c_out), i in index.items():
+        lines.setdefault(("c_in", theta, c_out), []).append((c_in, i))
+        lines.setdefault(("c_out", theta, c_in), []).append((c_out, i))
+    rows, cols, data = [], [], []
+    for line in lines.values():
+        line.sort()
+        for (a, ia), (b, ib), (c, ic) in zip(line, line[1:], line[2:]):
+            k, half = len(rows) // 3, (c - a) / 2
+            rows += [k, k, k]
+            cols += [ia, ib, ic]
+            data += [half / (b - a), -half * (1 / (c - b) + 1 / (b - a)), half / (c - b)]
+    return sp.csr_matrix((data, (rows, cols)), shape=(len(rows) // 3, space.n_variables))
+
+
 def pair_direction(small: VarKey, large: VarKey) -> str | None:
     """The one field in which `large` exceeds `small` ("c_in", "c_out" or "size"), or None if the pair is not genuine."""
     (ta, ia, oa), (tb, ib, ob) = small, large

@@ -38,6 +38,8 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
     from .measure import check_session
 
     sets = split_sets(space, columns_of(ltable))
+    # the LUT's own smoothness weight (D38): a refit moves the table around the verified networks, not its prior
+    lut_cfg = {**config["lut"], "smoothness": [float(tmeta.get("smoothness", 0.0))]}
     spec, protocol = dict(config["devices"][device_name]), dict(config["profiling"])
     dev = get_device(spec, space, int(config["seed"]))
     rows, per_target = [], []
@@ -57,7 +59,7 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
 
             row, x, trace = verify_decision(
                 decide, time_network,
-                lambda timed: refit_with(space, sets, timed, config["lut"], int(settings["weight"])),
+                lambda timed: refit_with(space, sets, timed, lut_cfg, int(settings["weight"])),
                 x0, tolerance=float(settings["tolerance"]), max_rounds=int(settings["max_rounds"]))
             rows.append(row)
             per_target.append({"target": t, "converged": abs(trace[-1]["rel_error"]) <= settings["tolerance"],

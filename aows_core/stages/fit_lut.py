@@ -58,6 +58,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         rounds=lmeta["rounds"],
         rounds_stopped=lmeta["rounds_stopped"],
         lam=chosen.lam,
+        smoothness=chosen.mu,
         ridge=config["lut"]["ridge"],
         n_train=int(len(l_tr)),
         n_outliers=int((~keep).sum()),

@@ -33,6 +33,8 @@ def table():
             "latency_ms": [dev.true_latency(r["channels"]) for r in rows], "config_id": [r["config_id"] for r in rows]}
     sets = lut.split_sets(space, cols)
     best, results, _, _, _ = fit.fit_table(space, sets, cfg["lut"])
+    # refits keep the table's smoothness weight, as the verified decisions do (D38)
+    cfg = {**cfg, "lut": {**cfg["lut"], "smoothness": [results[best].mu]}}
     return cfg, space, dev, sets, results[best].x
 
 

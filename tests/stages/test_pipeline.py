@@ -63,12 +63,17 @@ def test_hidden_table_is_recovered_to_the_noise_floor(run):
 
 
 def test_fit_report_scans_lambda_including_zero(run):
+    """The report holds the whole (μ, λ) grid (D38), the paper's fit (μ = 0, λ = 0) first; one row is chosen, the
+    least lambda_val error, and the LUT records its μ."""
     d, cfg, *_ = run
     scan = io.read_table(d / "fit.parquet", "lut_fit")[0].to_pylist()
-    assert len(scan) == len(cfg["lut"]["lambdas"]) >= 6 and scan[0]["lam"] == 0
+    lams, mus = cfg["lut"]["lambdas"], cfg["lut"]["smoothness"]
+    assert len(scan) == len(lams) * len(mus) and len(lams) >= 6 and scan[0]["lam"] == 0 and scan[0]["mu"] == 0
+    assert sorted({r["mu"] for r in scan}) == sorted(mus)
     assert sum(r["chosen"] for r in scan) == 1
     best = min(scan, key=lambda r: r["val_rmse_ms"])
     assert best["chosen"] and all(r["status"] == "solved" for r in scan)
+    assert io.read_table(d / "lut.parquet", "lut")[1]["smoothness"] == best["mu"]
 
 
 def test_lut_has_every_variable_with_counts(run):
