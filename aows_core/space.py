@@ -207,6 +207,11 @@ class SearchSpace:
         return [c[-1] for c in self.layer_choices]
 
     @property
+    def middle_config(self) -> list[int]:
+        """The middle width choice of every layer: the timing protocol's reference network (D3, D27)."""
+        return [c[(len(c) - 1) // 2] for c in self.layer_choices]
+
+    @property
     def min_config(self) -> list[int]:
         return [c[0] for c in self.layer_choices]
 

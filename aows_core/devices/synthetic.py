@@ -134,9 +134,8 @@ class Synthetic(Device):
 
     @cached_property
     def _reference_truth(self) -> float:
-        """The true latency of the protocol's reference network (the middle width choice of every layer), the pivot
-        of the stretch (D37)."""
-        return self.true_latency([c[(len(c) - 1) // 2] for c in self.space.layer_choices])
+        """The true latency of the protocol's reference network, the pivot of the stretch (D37)."""
+        return self.true_latency(self.space.middle_config)
 
     # ---- device interface --------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:

@@ -60,7 +60,7 @@ class Job:
 
 def reference_config(space: SearchSpace) -> list[int]:
     """The drift reference: the middle width choice of every layer (a mid-latency network)."""
-    return [c[(len(c) - 1) // 2] for c in space.layer_choices]
+    return space.middle_config
 
 
 def profile_plan(space: SearchSpace, configs: Any, protocol: Mapping[str, Any], seed: int, analytic: bool) -> list[Job]:
@@ -474,8 +474,8 @@ def finalist_rows(
     analytic: bool, device_name: str, match: bool, pairing: str = "interpolated", max_noise: float = float("inf"),
     lut_too_noisy: bool = False, stretch: Mapping[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], float, float]:
-    """Correct the timings to the LUT's reference `baseline` (and its profile's `stretch`, D37) and give each finalist its median over rounds (§7, D24);
-    returns the rows, the session's own baseline and its noise across rounds. A finalist is flagged `too_noisy`
+    """Correct the timings to the LUT's reference `baseline` (and its profile's `stretch`, D37) and give each finalist
+    its median over rounds (§7, D24); returns the rows, the session's own baseline and its noise across rounds. A finalist is flagged `too_noisy`
     when the LUT's profile failed the noise gate or this session's noise across rounds exceeds `max_noise`."""
     if analytic:
         rows, session_baseline = correct_drift(rows)
