@@ -1,4 +1,5 @@
-"""Shared by the latency benchmarks: the benchmark config and one profile → fit-lut → validate-lut session."""
+"""Shared by the latency benchmarks: the benchmark config, one profile → fit-lut → validate-lut session, and a refit of
+a recorded session's timings with other `lut` settings."""
 
 from __future__ import annotations
 
@@ -36,3 +37,23 @@ def latency_session(cfg: dict, device: str, name: str, d: Path,
                          {"out": d / f"{name}_val.parquet", "predictions": d / f"{name}_pred.parquet",
                           "plot": d / f"{name}_val.pdf"}, device=device)
     return res, v, wall
+
+
+def recorded_refit(root: str, device: str, lut_overrides: dict) -> tuple[Any, dict[str, float], float, float, Any]:
+    """Fit a recorded run's timings (root/config.yaml, root/results/latency/<device>.parquet) as `aows fit-lut` does
+    with `lut_overrides`; returns (chosen fit, held-out test metrics, σ_n, fit seconds, (space, test indices))."""
+    from aows_core import artifacts
+    from aows_core.config import load, space_from_config
+    from aows_core.latency import fit, lut
+    from aows_core.latency.metrics import latency_metrics
+
+    cfg = load(f"{root}/config.yaml")
+    space = space_from_config(cfg)
+    table, meta = artifacts.read_latency(f"{root}/results/latency/{device}.parquet", space, device)
+    sets = lut.split_sets(space, lut.columns_of(table))
+    idx_te, l_te, _ = sets["test"]
+    t0 = time.perf_counter()
+    best, res, *_ = fit.fit_table(space, sets, {**cfg["lut"], **lut_overrides})
+    wall = time.perf_counter() - t0
+    f = res[best]
+    return f, latency_metrics(lut.predict(space, f.x, idx_te, f.link), l_te), float(meta["sigma_n"]), wall, (space, idx_te)

@@ -31,11 +31,10 @@ def residuals(root: str, device: str) -> tuple[dict, float, object]:
     table, meta = artifacts.read_latency(f"{root}/results/latency/{device}.parquet", space, device)
     sets = lut.split_sets(space, lut.columns_of(table))
     best, res, *_ = fit.fit_table(space, sets, cfg["lut"])
-    x = res[best].x
     out = {}
     for name in SETS:
         configs, measured = sets[name][:2]
-        predicted = lut.design_matrix(space, configs) @ x
+        predicted = res[best].predict(lut.design_matrix(space, configs))
         for c, m, p in zip(configs, measured, predicted):
             out[(name, tuple(int(i) for i in c))] = float(np.log(m / p))
     return out, float(meta["sigma_n"]), space

@@ -13,29 +13,16 @@ RUN_DIR is a run's root: its config.yaml and results/latency/<device>.parquet.
 from __future__ import annotations
 
 import argparse
-import time
 
-from aows_core import artifacts
-from aows_core.config import load, space_from_config
-from aows_core.latency import fit, lut
-from aows_core.latency.metrics import latency_metrics
+from latency_session import recorded_refit
 
 
 def session(root: str, device: str, grid: list[float]) -> list[str]:
     """One line per fit (μ = 0, μ chosen from `grid`) of one recorded session."""
-    cfg = load(f"{root}/config.yaml")
-    space = space_from_config(cfg)
-    table, meta = artifacts.read_latency(f"{root}/results/latency/{device}.parquet", space, device)
-    sets = lut.split_sets(space, lut.columns_of(table))
-    idx_te, l_te, _ = sets["test"]
-    sigma = float(meta["sigma_n"])
     out = []
     for name, g in (("μ = 0 (paper)", [0.0]), (f"μ ∈ {grid}", grid)):
-        t0 = time.perf_counter()
-        best, res, *_ = fit.fit_table(space, sets, {**cfg["lut"], "smoothness": g})
-        wall = time.perf_counter() - t0
-        m = latency_metrics(lut.predict(space, res[best].x, idx_te), l_te)
-        out.append(f"| {root} | {100 * sigma:.2f} % | {name} | {res[best].mu:g} | {100 * m['nrmse']:.2f} % | "
+        f, m, sigma, wall, _ = recorded_refit(root, device, {"smoothness": g, "link_knots": []})
+        out.append(f"| {root} | {100 * sigma:.2f} % | {name} | {f.mu:g} | {100 * m['nrmse']:.2f} % | "
                    f"{m['nrmse'] / sigma:.2f} | {100 * m['within_10pct']:.1f} % | {m['kendall_tau']:.3f} | {wall:.1f} s |")
     return out
 

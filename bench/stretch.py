@@ -43,7 +43,7 @@ def session(root: str, device: str) -> list[str]:
                                                                           "config_id")})
         best, res, *_ = fit.fit_table(space, sets, cfg["lut"])
         idx_te, l_te, _ = sets["test"]
-        m = latency_metrics(lut.predict(space, res[best].x, idx_te), l_te)
+        m = latency_metrics(lut.predict(space, res[best].x, idx_te, res[best].link), l_te)
         sigma = retest_noise(fixed)["sigma_n"]
         out.append(f"| {root} | {name} | {s['beta']:+.3f} ± {s['beta_se']:.3f} | {'yes' if s['applied'] else 'no'} | "
                    f"{np.ptp(np.log([r['drift_factor'] for r in rows])):.3f} | {100 * sigma:.2f} % | "

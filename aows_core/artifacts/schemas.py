@@ -68,6 +68,8 @@ SCHEMAS: Mapping[str, pa.Schema] = MappingProxyType({
         [
             ("lam", pa.float64()),
             ("mu", pa.float64()),
+            ("link_knot_ms", pa.float64()),
+            ("link_slope", pa.float64()),
             ("train_rmse_ms", pa.float64()),
             ("train_nrmse", pa.float64()),
             ("val_rmse_ms", pa.float64()),

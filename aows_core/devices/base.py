@@ -38,6 +38,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "interference": 0.0,
     "regime_dwell": 3.0,
     "stretch": 0.0,
+    "spill": 0.0,
+    "spill_at": 0.7,
 }
 
 

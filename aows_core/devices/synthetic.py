@@ -5,6 +5,8 @@ The truth follows the latency model of §4 (eq. lat) plus what breaks it on real
 - an additive table, one value per latency variable (Θ, c_in, c_out) (shared variables share it):
   a_kind·MMAC + m·(activations + weights)/10⁶ + b_kind, times a per-variable factor exp(N(0, 0.05²))
   and a small penalty for widths that are not multiples of 16 — mostly, not exactly, monotone;
+- a cache spill (docs/method.md D39): the additive sum s becomes s + spill·max(0, s − s₀), s₀ at `spill_at` of the
+  way from the smallest to the largest configuration's sum — the link the fit can recover;
 - a non-additive term: total × nonadditive · sin(2π·1.5·u + φ), u = MACs / MACs(max config);
 - multiplicative drift over the virtual clock `job` (the profiling job index):
   1 + drift·(0.7·sin(2π·job/P₁ + φ₁) + 0.3·sin(2π·job/P₂ + φ₂)), a fast wave and a slow trend;
@@ -46,7 +48,7 @@ class Synthetic(Device):
 
     name = "synthetic"
     unit = "ms"
-    keys = ("batch_size", "noise", "drift", "nonadditive", "interference", "regime_dwell", "stretch")
+    keys = ("batch_size", "noise", "drift", "nonadditive", "interference", "regime_dwell", "stretch", "spill", "spill_at")
 
     def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
         super().__init__(spec, space, seed)
@@ -56,6 +58,9 @@ class Synthetic(Device):
         self.interference = float(self.spec["interference"])
         self.regime_dwell = float(self.spec["regime_dwell"])
         self.stretch = float(self.spec["stretch"])
+        self.spill, self.spill_at = float(self.spec["spill"]), float(self.spec["spill_at"])
+        if self.spill < 0 or not 0 < self.spill_at < 1:
+            raise ValueError(f"synthetic: spill must be ≥ 0 and spill_at in (0, 1), got {self.spill}, {self.spill_at}")
         if self.regime_dwell <= 0:
             raise ValueError(f"synthetic: regime_dwell must be > 0 jobs, got {self.regime_dwell}")
         for k in ("noise", "drift", "nonadditive", "interference"):
@@ -109,9 +114,16 @@ class Synthetic(Device):
         ids = self.space.variable_ids(self.space.indices(channels))
         return float(self._table[ids].sum())
 
+    @cached_property
+    def spill_knot(self) -> float:
+        """s₀ of the cache spill: `spill_at` of the way from the min to the max configuration's additive sum (ms)."""
+        lo, hi = self.additive_latency(self.space.min_config), self.additive_latency(self.space.max_config)
+        return lo + self.spill_at * (hi - lo)
+
     def true_latency(self, channels: Sequence[int]) -> float:
-        """Noise-free, drift-free latency of a configuration, non-additive term included (ms)."""
+        """Noise-free, drift-free latency of a configuration, cache spill and non-additive term included (ms)."""
         add = self.additive_latency(channels)
+        add += self.spill * max(0.0, add - self.spill_knot)
         u = network_macs(self.space, channels) / self._macs_max
         return add * (1.0 + self.nonadditive * np.sin(2 * np.pi * 1.5 * u + self._phi[0]))
 

@@ -20,12 +20,13 @@ osqp and cvxpy are imported inside the functions that use them.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
+from ..search.link import IDENTITY, Link
 from ..space import SearchSpace
 from .lut import (LUTFitError, _missing_message, check_coverage, design_matrix, monotonicity_matrix,
                   observation_counts, smoothness_matrix)
@@ -110,6 +111,11 @@ class FitResult:
     scale: float  # median(l) used to scale the problem
     polished: bool  # OSQP polishing succeeded (off by default)
     mu: float = 0.0  # weight of the smoothness prior μ‖Dx‖² (D38), the same in scaled and ms units
+    link: Link = IDENTITY  # whole-network latency g(Ax) (D39); the identity is eq. lat
+
+    def predict(self, A: sp.spmatrix) -> np.ndarray:
+        """Predicted latency g(A x) of the networks whose rows are A."""
+        return np.asarray(self.link(A @ self.x), dtype=np.float64)
 
 
 def _scale_of(l: np.ndarray) -> float:
@@ -281,19 +287,25 @@ def fit_cvxpy(
 WEIGHTINGS = ("relative", "absolute")
 
 
-def weighted_rows(A: sp.spmatrix, l: np.ndarray, weighting: str) -> tuple[sp.csr_matrix, np.ndarray]:
-    """(W A, W l) with W = diag(median(l) / l) for `relative` (squared residuals in relative units, D32), (A, l) for
-    `absolute` (eq. linear_lat as written)."""
-    A = sp.csr_matrix(A, dtype=np.float64)
+def row_weights(l: np.ndarray, weighting: str) -> np.ndarray:
+    """W's diagonal: median(l) / l for `relative` (squared residuals in relative units, D32), ones for `absolute`."""
     l = np.asarray(l, dtype=np.float64).ravel()
     if weighting == "absolute":
-        return A, l
+        return np.ones_like(l)
     if weighting != "relative":
         raise ValueError(f"lut.weighting must be one of {WEIGHTINGS}; got {weighting!r}")
     if len(l) and not np.all(l > 0):
         raise LUTFitError(f"{int(np.sum(~(l > 0)))} measured latencies are not positive; relative weighting needs "
                           "positive latencies (lut.weighting: absolute fits them as they are)")
-    w = np.median(l) / l if len(l) else l
+    return np.median(l) / l if len(l) else l
+
+
+def weighted_rows(A: sp.spmatrix, l: np.ndarray, weighting: str) -> tuple[sp.csr_matrix, np.ndarray]:
+    """(W A, W l): `relative` weighs squared residuals in relative units (D32), `absolute` is eq. linear_lat as
+    written."""
+    A = sp.csr_matrix(A, dtype=np.float64)
+    l = np.asarray(l, dtype=np.float64).ravel()
+    w = row_weights(l, weighting)
     return sp.diags(w) @ A, w * l
 
 
@@ -329,12 +341,14 @@ MIN_OUTLIER_SIGMA = 1e-3
 def scan_row(
     f: FitResult, A_tr: sp.spmatrix, l_tr: np.ndarray, A_val: sp.spmatrix, l_val: np.ndarray, chosen: bool = False
 ) -> dict[str, Any]:
-    """A row of the "lut_fit" report: train and lambda_val errors of one fit."""
-    mt = latency_metrics(A_tr @ f.x, np.asarray(l_tr, dtype=np.float64), tau=False)
-    mv = latency_metrics(A_val @ f.x, np.asarray(l_val, dtype=np.float64), tau=False)
+    """A row of the "lut_fit" report: train and lambda_val errors of one fit (its link applied, D39)."""
+    mt = latency_metrics(f.predict(A_tr), np.asarray(l_tr, dtype=np.float64), tau=False)
+    mv = latency_metrics(f.predict(A_val), np.asarray(l_val, dtype=np.float64), tau=False)
     return {
         "lam": f.lam,
         "mu": f.mu,
+        "link_knot_ms": None if f.link.identity else f.link.knot_ms,
+        "link_slope": f.link.slope,
         "train_rmse_ms": mt["rmse_ms"],
         "train_nrmse": mt["nrmse"],
         "val_rmse_ms": mv["rmse_ms"],
@@ -385,17 +399,76 @@ def robust_lambda_scan(
                                           weighting=weighting, D=D, mu=mu)
         if threshold <= 0:
             break
-        rel = (A_tr @ results[best].x - l_tr) / l_tr
-        dev = np.abs(rel - np.median(rel))
-        sigma = 1.4826 * np.median(dev)
-        new = dev <= threshold * max(sigma, MIN_OUTLIER_SIGMA)
-        uncovered = observation_counts(A_tr[new]) == 0
-        if uncovered.any():
-            new |= (A_tr[:, np.flatnonzero(uncovered)].getnnz(axis=1) > 0)
+        new = inliers(A_tr, l_tr, A_tr @ results[best].x, threshold)
         if np.array_equal(new, keep):
             break
         keep = new
     return best, results, rows, keep
+
+
+def inliers(A_tr: sp.csr_matrix, l_tr: np.ndarray, pred: np.ndarray, threshold: float) -> np.ndarray:
+    """Training rows whose relative residual is within `threshold` robust standard deviations (1.4826·MAD) of the
+    median residual (D8; all rows when threshold ≤ 0); a row that is the only observation of a variable is kept."""
+    if threshold <= 0:
+        return np.ones(len(l_tr), dtype=bool)
+    rel = (pred - l_tr) / l_tr
+    dev = np.abs(rel - np.median(rel))
+    sigma = 1.4826 * np.median(dev)
+    keep = dev <= threshold * max(sigma, MIN_OUTLIER_SIGMA)
+    uncovered = observation_counts(A_tr[keep]) == 0
+    if uncovered.any():
+        keep |= (A_tr[:, np.flatnonzero(uncovered)].getnnz(axis=1) > 0)
+    return keep
+
+
+# Gauss–Newton steps of the linked fit (D39): κ and the excess above the knot settle within a few.
+LINK_ITERATIONS = 5
+# A fitted slope below this is no link: the networks above the knot cost their layers' sum (within 0.1 %).
+MIN_LINK_SLOPE = 1e-3
+
+
+def fit_linked(A_tr: sp.spmatrix, l_tr: np.ndarray, V: sp.spmatrix, x0: np.ndarray, base: FitResult, knot: float,
+               *, ridge: float, weighting: str, D: sp.spmatrix | None, slope: float | None = None,
+               iterations: int = LINK_ITERATIONS) -> FitResult:
+    """The table under the link g(s) = s + κ·max(0, s − knot) (D39), at `base`'s λ and μ, from the additive fit x0.
+
+    Each iteration takes the excess h_p = max(0, a_pᵀx − knot) of the current table as a fixed column and solves §4's
+    fit for (x, κ ≥ 0) together (κ outside the priors); the excess is then recomputed — a Gauss–Newton step of the
+    piecewise-linear model. With a given `slope` (held fixed) the rows above the knot are §4's scaled by 1 + κ, their
+    latencies raised by κ·knot. The rows keep the weights of their measured latencies (D32)."""
+    A_tr = sp.csr_matrix(A_tr, dtype=np.float64)
+    l_tr = np.asarray(l_tr, dtype=np.float64)
+    w = row_weights(l_tr, weighting)
+    n = A_tr.shape[1]
+    def loss(x: np.ndarray, k: float) -> float:  # weighted squared error of the linked prediction
+        return float(np.sum((w * (Link(knot, k)(A_tr @ x) - l_tr)) ** 2))
+
+    x, k = np.asarray(x0, dtype=np.float64), 0.0 if slope is None else float(slope)
+    f, best = base, loss(x, k)
+    for _ in range(iterations):
+        s = A_tr @ x
+        h = np.maximum(0.0, s - knot)
+        if not h.any():
+            break
+        if slope is None:
+            A = sp.hstack([A_tr, sp.csr_matrix(h[:, None])], format="csr")
+            pad = lambda M: None if M is None else sp.hstack([M, sp.csr_matrix((M.shape[0], 1))], format="csr")  # noqa: E731
+            g = fit_osqp(sp.diags(w) @ A, w * l_tr, pad(V), [base.lam_rel], ridge=ridge, D=pad(D), mu=base.mu)[0]
+            g, k_new = replace(g, x=g.x[:n]), float(g.x[n])
+        else:
+            on = s > knot
+            g = fit_osqp(sp.diags(w * np.where(on, 1.0 + k, 1.0)) @ A_tr, w * (l_tr + np.where(on, k * knot, 0.0)), V,
+                         [base.lam_rel], ridge=ridge, D=D, mu=base.mu)[0]
+            k_new = k
+        for t in (1.0, 0.5, 0.25, 0.125):  # damped: the longest step along (x, κ) that lowers the linked loss
+            xt, kt = x + t * (g.x - x), k + t * (k_new - k)
+            new = loss(xt, kt)
+            if new < best * (1 - 1e-6):
+                break
+        else:  # no step lowers it: converged
+            break
+        f, x, k, best = replace(g, x=xt), xt, kt, new
+    return replace(f, link=Link(float(knot), k) if k >= MIN_LINK_SLOPE and f is not base else IDENTITY)
 
 
 def fit_table(
@@ -403,12 +476,15 @@ def fit_table(
     sets: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
     lut_cfg: Mapping[str, Any],
     exact: np.ndarray | None = None,
+    link: Link | None = None,
 ) -> tuple[int, list[FitResult], list[dict[str, Any]], np.ndarray, np.ndarray]:
     """Fit the LUT on the train set, λ and the smoothness weight μ (`lut.smoothness`, D38) chosen together on
-    lambda_val (§4 eq. linear_lat); `exact`: an analytic device's known table.
+    lambda_val (§4 eq. linear_lat), then the link g (`lut.link_knots`, D39) kept where it lowers the lambda_val
+    RMSE; `exact`: an analytic device's known table; `link`: fit under this link, held fixed (a verified
+    decision's refit keeps its LUT's link).
 
     `sets` is `lut.split_sets(...)`; returns (best, results, lut_fit rows, kept train rows, n_obs of the kept rows),
-    results and rows over the whole (μ, λ) grid.
+    results and rows over the whole (μ, λ) grid and the links tried.
     """
     idx_tr, l_tr, _ = sets["train"]
     idx_val, l_val, _ = sets["lambda_val"]
@@ -436,6 +512,29 @@ def fit_table(
             rows += rws
             kept += [keep] * len(res)
         best = int(np.argmin([r["val_rmse_ms"] for r in rows]))  # first minimum: ties go to the smaller μ, λ
+        base = results[best]
+        if link is not None:
+            knots = [] if link.identity else [(link.knot_ms, link.slope)]
+        else:
+            s = A_tr[kept[best]] @ base.x
+            knots = [(float(np.quantile(s, q)), None) for q in lut_cfg.get("link_knots", [])]
+        for knot, slope in knots:
+            # the additive fit's outliers include the networks the link is for: rejection starts afresh under it (D8)
+            keep = np.ones(len(l_tr), dtype=bool)
+            for _ in range(3):
+                f = fit_linked(A_tr[keep], l_tr[keep], V, base.x, base, knot, ridge=lut_cfg["ridge"],
+                               weighting=lut_cfg["weighting"], D=D if base.mu else None, slope=slope)
+                new = inliers(A_tr, l_tr, f.predict(A_tr), lut_cfg["outlier_threshold"])
+                if np.array_equal(new, keep):
+                    break
+                keep = new
+            results.append(f)
+            rows.append(scan_row(f, A_tr, l_tr, A_val, l_val))
+            kept.append(keep)
+        if link is not None and knots:
+            best = len(rows) - 1  # the given link, held fixed
+        else:  # the additive fit unless a link lowers the lambda_val RMSE (ties go to the additive fit)
+            best = int(np.argmin([r["val_rmse_ms"] for r in rows]))
         rows[best]["chosen"] = True
         keep = kept[best]
     n_obs = observation_counts(A_tr[keep])

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from ..search.link import IDENTITY, Link
 from ..space import SearchSpace, Theta, VarKey
 from .sampling import SETS
 
@@ -176,12 +177,13 @@ def check_pairs(space: SearchSpace, pairs: np.ndarray) -> dict[str, int]:
 
 
 # ---- prediction and the LUT artifact ------------------------------------------------------------
-def predict(space: SearchSpace, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Whole-network latency of eq. lat, Σ_i L_{Θ_i}(c_i, c_{i+1}) = (A x)_p, for node choice indices idx ((n+1,) or (P, n+1))."""
+def predict(space: SearchSpace, x: np.ndarray, idx: np.ndarray, link: Link = IDENTITY) -> np.ndarray:
+    """Whole-network latency g(Σ_i L_{Θ_i}(c_i, c_{i+1})) = g((A x)_p) of eq. lat and the table's link (D39), for node
+    choice indices idx ((n+1,) or (P, n+1))."""
     x = np.asarray(x, dtype=np.float64)
     if x.shape != (space.n_variables,):
         raise ValueError(f"x has shape {x.shape}; space {space.name!r} has {space.n_variables} variables")
-    return x[space.variable_ids(np.asarray(idx, dtype=np.int64))].sum(axis=-1)
+    return np.asarray(link(x[space.variable_ids(np.asarray(idx, dtype=np.int64))].sum(axis=-1)), dtype=np.float64)
 
 
 def lut_records(space: SearchSpace, x: np.ndarray, n_obs: np.ndarray) -> dict[str, list]:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..search.link import IDENTITY, Link
 from ..space import SearchSpace
 from .lut import columns_of, predict
 from .stretch import apply_stretch, estimate_stretch
@@ -124,12 +125,14 @@ def plan_hash(jobs: list[Job], protocol: Mapping, fingerprint: Mapping, space: S
 
 def retest_noise(rows: list[dict]) -> dict[str, Any]:
     """σ_n = RMS((m₁ − m₂)/m̄)/√2 over (sample, retest) pairs, and the pairs' own ±5 % / ±10 % shares; with ≥ 6
-    pairs also σ_n of the fastest, middle and slowest third of them (`sigma_n_by_speed`, docs/method.md D34)."""
+    pairs also σ_n of the fastest, middle and slowest third of them (`sigma_n_by_speed`, docs/method.md D34), and
+    `retest_nrmse` = RMS(m₁ − m₂)/√2 ÷ mean(m̄): the held-out NRMSE of a perfect table under this noise, the floor
+    in NRMSE's own terms where the noise grows with latency (D39)."""
     first = {r["config_id"]: r["latency_ms"] for r in rows if r["role"] == "sample"}
     pairs = [(first[r["config_id"]], r["latency_ms"]) for r in rows if r["role"] == "retest" and r["config_id"] in first]
     if not pairs:
         return {"sigma_n": 0.0, "retest_pairs": 0, "retest_within_5pct": 1.0, "retest_within_10pct": 1.0,
-                "sigma_n_by_speed": None}
+                "sigma_n_by_speed": None, "retest_nrmse": 0.0}
     m = np.asarray(pairs)
     rel = (m[:, 0] - m[:, 1]) / m.mean(axis=1)
     thirds = np.array_split(rel[np.argsort(m.mean(axis=1))], 3) if len(rel) >= 6 else None
@@ -139,6 +142,7 @@ def retest_noise(rows: list[dict]) -> dict[str, Any]:
         "retest_within_5pct": float(np.mean(np.abs(rel) <= 0.05)),
         "retest_within_10pct": float(np.mean(np.abs(rel) <= 0.10)),
         "sigma_n_by_speed": None if thirds is None else [float(np.sqrt(np.mean(t**2)) / math.sqrt(2)) for t in thirds],
+        "retest_nrmse": float(np.sqrt(np.mean((m[:, 0] - m[:, 1]) ** 2) / 2) / m.mean()),
     }
 
 
@@ -431,12 +435,13 @@ def protocol_differences(used: Mapping[str, Any], protocol: Mapping[str, Any]) -
     return [f"{k} {used[k]!r} → {protocol[k]!r}" for k in differ]
 
 
-def check_predictions(space: SearchSpace, x: np.ndarray, finalists: Sequence[dict[str, Any]], lut_path: Any) -> None:
-    """Refuse finalists not decided on this LUT (eq. lat prediction must match) — or, for a decision verified on
-    the device (D36), on its verified table; sets each finalist's `predicted_ms`."""
+def check_predictions(space: SearchSpace, x: np.ndarray, finalists: Sequence[dict[str, Any]], lut_path: Any,
+                      link: Link = IDENTITY) -> None:
+    """Refuse finalists not decided on this LUT and its link (their prediction must match, eq. lat, D39) — or, for a
+    decision verified on the device (D36), on its verified table; sets each finalist's `predicted_ms`."""
     for f in finalists:
         table = f.get("verified_lut")
-        pred = float(predict(space, x if table is None else table, space.indices(f["channels"])))
+        pred = float(predict(space, x if table is None else table, space.indices(f["channels"]), link))
         if not math.isclose(pred, f["predicted_latency_ms"], rel_tol=PREDICTION_RTOL, abs_tol=1e-12):
             raise MeasureError(
                 f"{f['source']}: {f['method']} @ {f['target']} predicts {f['predicted_latency_ms']:.6g} but "

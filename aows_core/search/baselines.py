@@ -16,6 +16,7 @@ import numpy as np
 
 from ..space import SearchSpace, multiplier_configs
 from .chain import InfeasibleTarget, latency_chain
+from .link import IDENTITY, Link
 from .targets import lut_tables, resolve_target
 
 
@@ -27,20 +28,20 @@ def baseline_row(space: SearchSpace, method: str, device: str, target: str, valu
             "gamma": None, "dual_bound": None, "gap": None, "exact": False, "unvisited_policy": None, "epoch": None}
 
 
-def _latencies(space: SearchSpace, x: np.ndarray, configs: Sequence[Sequence[int]]) -> np.ndarray:
+def _latencies(space: SearchSpace, x: np.ndarray, configs: Sequence[Sequence[int]], link: Link) -> np.ndarray:
     chain = latency_chain(lut_tables(space, x))
     paths = np.array([space.indices(c) for c in configs])
-    return np.asarray(chain.latency(paths), dtype=np.float64)
+    return np.asarray(link(np.asarray(chain.latency(paths), dtype=np.float64)), dtype=np.float64)
 
 
 def _decide_from(space: SearchSpace, x: np.ndarray, configs: Sequence[Sequence[int]], targets: Sequence[str], *,
                  method: str, device: str, unit: str, pick: int,
-                 infeasible: Callable[[str, float, np.ndarray], str]) -> list[dict[str, Any]]:
-    """Per target, the first (pick=0) or last (pick=-1) of `configs` whose LUT latency meets it."""
-    lat = _latencies(space, x, configs)
+                 infeasible: Callable[[str, float, np.ndarray], str], link: Link) -> list[dict[str, Any]]:
+    """Per target, the first (pick=0) or last (pick=-1) of `configs` whose predicted latency (LUT and link) meets it."""
+    lat = _latencies(space, x, configs, link)
     rows = []
     for t in targets:
-        value = resolve_target(t, space, x, unit)
+        value = resolve_target(t, space, x, unit, link)
         ok = np.flatnonzero(lat <= value)
         if not ok.size:
             raise InfeasibleTarget(infeasible(t, value, lat), float(lat.min()))
@@ -50,21 +51,21 @@ def _decide_from(space: SearchSpace, x: np.ndarray, configs: Sequence[Sequence[i
 
 
 def decide_greedy(space: SearchSpace, trajectory: Sequence[Sequence[int]], x: np.ndarray, targets: Sequence[str],
-                  *, device: str, unit: str) -> list[dict[str, Any]]:
+                  *, device: str, unit: str, link: Link = IDENTITY) -> list[dict[str, Any]]:
     """Per target, the first point of the greedy trajectory whose LUT latency meets it (§3)."""
     return _decide_from(
-        space, x, trajectory, targets, method="greedy", device=device, unit=unit, pick=0,
+        space, x, trajectory, targets, method="greedy", device=device, unit=unit, pick=0, link=link,
         infeasible=lambda t, value, lat: f"target {t!r} = {value:.4g} {unit}: no point of the greedy trajectory "
         f"meets it (its fastest is {lat.min():.4g} {unit})",
     )
 
 
 def decide_uniform(space: SearchSpace, x: np.ndarray, targets: Sequence[str], *, device: str,
-                   unit: str) -> list[dict[str, Any]]:
+                   unit: str, link: Link = IDENTITY) -> list[dict[str, Any]]:
     """Per target, the largest uniform width multiplier whose LUT latency meets it (§7)."""
     cands = multiplier_configs(space)
     return _decide_from(
-        space, x, [c for _, c in cands], targets, method="uniform", device=device, unit=unit, pick=-1,
+        space, x, [c for _, c in cands], targets, method="uniform", device=device, unit=unit, pick=-1, link=link,
         infeasible=lambda t, value, lat: f"target {t!r} = {value:.4g} {unit}: even the smallest uniform multiplier "
         f"({cands[0][0]:.3g}×) takes {lat[0]:.4g} {unit}",
     )

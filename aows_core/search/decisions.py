@@ -8,22 +8,24 @@ import numpy as np
 
 from ..space import SearchSpace
 from .chain import Chain, DecodeResult, apply_unvisited
+from .link import IDENTITY, Link
 from .targets import lut_tables, resolve_target
 
 
 def decision_row(
     space: SearchSpace, result: DecodeResult, *, method: str, device: str, target: str, unit: str, policy: str | None,
-    epoch: int | None,
+    epoch: int | None, link: Link = IDENTITY,
 ) -> dict[str, Any]:
-    """A row of the decisions contract from a chain decode."""
+    """A row of the decisions contract from a chain decode of the budget g⁻¹(target) (D39): target and predicted
+    latency on the scale of g, γ and the dual bound on the decoder's additive scale."""
     return {
         "method": method,
         "device": device,
         "target": target,
-        "target_ms": float(result.target),
+        "target_ms": float(link(float(result.target))),
         "unit": unit,
         "channels": space.channels_of(result.path),
-        "predicted_latency_ms": float(result.latency),
+        "predicted_latency_ms": float(link(float(result.latency))),
         "objective": float(result.objective),
         "gamma": float(result.gamma),
         "dual_bound": float(result.dual_bound),
@@ -46,16 +48,18 @@ def decide(
     policy: str = "exclude",
     exact: bool = True,
     epoch: int | None = None,
+    link: Link = IDENTITY,
 ) -> list[dict[str, Any]]:
-    """Decisions for each target: the constrained optimum of Σδ + γΣL (eq. lagrange; exact mode by default)."""
+    """Decisions for each target: the constrained optimum of Σδ + γΣL (eq. lagrange; exact mode by default) under
+    the budget g⁻¹(target) of the LUT's link (D39)."""
     u = apply_unvisited(unaries, policy, widths=space.choices)
     chain = Chain(u, lut_tables(space, x))
     rows = []
     for t in targets:
-        value = resolve_target(t, space, x, unit)
+        value = resolve_target(t, space, x, unit, link)
         rows.append(
-            decision_row(space, chain.decode(value, exact=exact), method=method, device=device, target=t, unit=unit,
-                         policy=policy, epoch=epoch)
+            decision_row(space, chain.decode(link.inverse(value), exact=exact), method=method, device=device, target=t,
+                         unit=unit, policy=policy, epoch=epoch, link=link)
         )
     return rows
 

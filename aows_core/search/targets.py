@@ -8,6 +8,7 @@ import numpy as np
 from ..config import TARGET_PATTERN, Target, parse_target  # noqa: F401  (the target grammar lives in config)
 from ..space import SearchSpace
 from .chain import InfeasibleTarget, latency_chain
+from .link import IDENTITY, Link
 
 __all__ = ["TARGET_PATTERN", "Target", "parse_target", "lut_tables", "latency_range", "resolve_target", "check_feasible"]
 
@@ -22,18 +23,21 @@ def lut_tables(space: SearchSpace, x: np.ndarray) -> list[np.ndarray]:
     return [x[t] for t in space.edge_tables]
 
 
-def latency_range(space: SearchSpace, x: np.ndarray) -> tuple[float, float, list[int], list[int]]:
-    """(L_min, L_max) of the space under a LUT, with the two configurations (exact Viterbi on latency)."""
+def latency_range(space: SearchSpace, x: np.ndarray, link: Link = IDENTITY) -> tuple[float, float, list[int], list[int]]:
+    """(L_min, L_max) of the space under a LUT and its link (D39), with the two configurations (exact Viterbi on
+    latency; g is increasing, so the additive extremes are the linked ones)."""
     chain = latency_chain(lut_tables(space, x))
     lo, hi = chain.min_latency(), chain.max_latency()
-    return float(chain.latency(lo)), float(chain.latency(hi)), space.channels_of(lo), space.channels_of(hi)
+    return (float(link(float(chain.latency(lo)))), float(link(float(chain.latency(hi)))), space.channels_of(lo),
+            space.channels_of(hi))
 
 
-def resolve_target(target: Target | str, space: SearchSpace, x: np.ndarray, unit: str) -> float:
-    """The target in the LUT's unit (ms, or MMAC for `flops`); a unit mismatch is an error."""
+def resolve_target(target: Target | str, space: SearchSpace, x: np.ndarray, unit: str, link: Link = IDENTITY) -> float:
+    """The target in the LUT's unit (ms, or MMAC for `flops`), on the scale of predicted latency g(Σ_i L_i) (D39);
+    a unit mismatch is an error."""
     t = parse_target(target) if isinstance(target, str) else target
     if t.kind == "range":
-        lo, hi, _, _ = latency_range(space, x)
+        lo, hi, _, _ = latency_range(space, x, link)
         return lo + t.value * (hi - lo)
     want = "MMAC" if t.kind == "mflops" else "ms"
     if unit != want:
@@ -44,10 +48,11 @@ def resolve_target(target: Target | str, space: SearchSpace, x: np.ndarray, unit
     return t.value
 
 
-def check_feasible(target: str, space: SearchSpace, x: np.ndarray, unit: str, device: str) -> tuple[float, float, float]:
+def check_feasible(target: str, space: SearchSpace, x: np.ndarray, unit: str, device: str,
+                   link: Link = IDENTITY) -> tuple[float, float, float]:
     """(value, L_min, L_max) of a target; `InfeasibleTarget` naming the minimum if no network meets it (D14)."""
-    value = resolve_target(target, space, x, unit)
-    lo, hi, fastest, _ = latency_range(space, x)
+    value = resolve_target(target, space, x, unit, link)
+    lo, hi, fastest, _ = latency_range(space, x, link)
     if value < lo:
         raise InfeasibleTarget(
             f"target {target!r} = {value:.4g} {unit} is below the smallest latency any network of the space reaches on "

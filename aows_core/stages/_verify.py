@@ -20,10 +20,11 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
     from .. import artifacts
     from ..latency.lut import columns_of, split_sets
     from ..latency.protocol import MeasureError
+    from ..search.link import Link
     from ..search.targets import resolve_target
 
     settings = dict(config["verify"])
-    unit = tmeta["unit_short"]
+    unit, link = tmeta["unit_short"], Link.from_meta(tmeta)
     plain = {"settings": settings, "verified": False}
     if latency is None:
         return [decide_one(x0, t) for t in targets], {**plain, "reason": "no latency file given (--latency)"}
@@ -38,7 +39,8 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
     from .measure import check_session
 
     sets = split_sets(space, columns_of(ltable))
-    # the LUT's own smoothness weight (D38): a refit moves the table around the verified networks, not its prior
+    # the LUT's own smoothness weight (D38) and link (D39): a refit moves the table around the verified networks, not
+    # its prior
     lut_cfg = {**config["lut"], "smoothness": [float(tmeta.get("smoothness", 0.0))]}
     spec, protocol = dict(config["devices"][device_name]), dict(config["profiling"])
     dev = get_device(spec, space, int(config["seed"]))
@@ -51,7 +53,7 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
                                f"profiled table alone)") from None
         time_network = _timer(dev, space, protocol, lmeta, int(config["seed"]), int(settings["rounds"]))
         for t in targets:
-            value = resolve_target(t, space, x0, unit)  # pinned: a refit moves L_min and L_max of `range:` targets
+            value = resolve_target(t, space, x0, unit, link)  # pinned: a refit moves L_min and L_max of `range:` targets
             pinned = f"{value:.12f}ms"
 
             def decide(x: np.ndarray, t: str = t, pinned: str = pinned) -> dict[str, Any]:
@@ -59,7 +61,7 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
 
             row, x, trace = verify_decision(
                 decide, time_network,
-                lambda timed: refit_with(space, sets, timed, lut_cfg, int(settings["weight"])),
+                lambda timed: refit_with(space, sets, timed, lut_cfg, int(settings["weight"]), link),
                 x0, tolerance=float(settings["tolerance"]), max_rounds=int(settings["max_rounds"]))
             rows.append(row)
             per_target.append({"target": t, "converged": abs(trace[-1]["rel_error"]) <= settings["tolerance"],

@@ -27,12 +27,13 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     """Resolve one target against a device's LUT; refuse it, naming the minimum, if no network meets it (D14)."""
     from .. import artifacts
     from ..config import space_from_config
+    from ..search.link import Link
     from ..search.targets import check_feasible
 
     space = space_from_config(config)
     x, meta = artifacts.read_lut(inputs["lut"], space, device)
     unit = meta["unit_short"]
-    value, lo, hi = check_feasible(target, space, x, unit, device)
+    value, lo, hi = check_feasible(target, space, x, unit, device, Link.from_meta(meta))
     artifacts.write_json({"device": device, "target": target, "target_value": value, "unit": unit, "min": lo, "max": hi},
                          outputs["out"])
     return value

@@ -33,11 +33,12 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from .. import artifacts
     from ..config import space_from_config
     from ..search.baselines import decide_greedy, decide_uniform
+    from ..search.link import Link
     from ._verify import decide_verified
 
     space = space_from_config(config)
     x, tmeta = artifacts.read_lut(inputs["lut"], space, device)
-    unit = tmeta["unit_short"]
+    unit, link = tmeta["unit_short"], Link.from_meta(tmeta)
     extra: dict[str, Any] = {}
     if method == "greedy":
         trajectory = inputs.get("trajectory")
@@ -48,10 +49,10 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         extra = {"trajectory_meta": gmeta}
 
         def decide_one(xx, t):
-            return decide_greedy(space, configs, xx, [t], device=device, unit=unit)[0]
+            return decide_greedy(space, configs, xx, [t], device=device, unit=unit, link=link)[0]
     elif method == "uniform":
         def decide_one(xx, t):
-            return decide_uniform(space, xx, [t], device=device, unit=unit)[0]
+            return decide_uniform(space, xx, [t], device=device, unit=unit, link=link)[0]
     else:
         raise ValueError(f"unknown baseline {method!r}; expected 'greedy' or 'uniform'")
     rows, verification = decide_verified(config, inputs.get("latency"), inputs["lut"], device, space, x, tmeta,

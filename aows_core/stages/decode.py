@@ -34,16 +34,18 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from .. import artifacts
     from ..config import space_from_config
     from ..search.decisions import decide, width_signal_note
+    from ..search.link import Link
     from ._verify import decide_verified
 
     space = space_from_config(config)
     x, tmeta = artifacts.read_lut(inputs["lut"], space, device)
     u, umeta, chosen = artifacts.read_unaries(inputs["unaries"], space, epoch)
     d = config["decode"]
+    link = Link.from_meta(tmeta)
     rows, verification = decide_verified(
         config, inputs.get("latency"), inputs["lut"], device, space, x, tmeta,
         lambda xx, t: decide(space, u, xx, [t], method=method, device=device, unit=tmeta["unit_short"],
-                             policy=d["unvisited"], exact=d["exact"], epoch=chosen)[0], target)
+                             policy=d["unvisited"], exact=d["exact"], epoch=chosen, link=link)[0], target)
     z = umeta.get("width_signal_z")
     for r in rows:
         r["width_signal_z"] = z

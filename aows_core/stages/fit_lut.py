@@ -59,6 +59,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         rounds_stopped=lmeta["rounds_stopped"],
         lam=chosen.lam,
         smoothness=chosen.mu,
+        link=chosen.link.to_meta(),
         ridge=config["lut"]["ridge"],
         n_train=int(len(l_tr)),
         n_outliers=int((~keep).sum()),
@@ -75,12 +76,16 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     artifacts.write_records(lut.lut_records(space, chosen.x, n_obs), outputs["out"], "lut", meta)
     artifacts.write_records(rows, outputs["report"], "lut_fit",
                             {k: meta[k] for k in ("space_hash", "device", "unit", "aows_version", "rounds", "rounds_stopped")})
-    return {"lambda": chosen.lam, **{k: rows[best][k] for k in ("train_rmse_ms", "val_rmse_ms", "val_nrmse")},
+    return {"lambda": chosen.lam, "link": meta["link"],
+            **{k: rows[best][k] for k in ("train_rmse_ms", "val_rmse_ms", "val_nrmse")},
             "rounds": meta["rounds"], "rounds_stopped": meta["rounds_stopped"]}
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"wrote {args.out}: λ = {r['lambda']:.3g}, lambda_val RMSE {r['val_rmse_ms']:.4g} ({100 * r['val_nrmse']:.2f} %)")
+    if r["link"]:
+        print(f"  networks above {r['link']['knot_ms']:.4g} (additive) cost {1 + r['link']['slope']:.3g}× their layers' "
+              f"sum beyond it: the link g of docs/method.md D39 (lut.link_knots)")
     if r["rounds"]:
         print(f"  profiled in {len(r['rounds'])} rounds (" + ", ".join(
             f"{h['train_networks']} networks" + ("" if h["val_nrmse"] is None else f": {100 * h['val_nrmse']:.2f} %")

@@ -31,6 +31,7 @@ def _finalists(space: SearchSpace, device_name: str, inputs: Mapping[str, Any]) 
     """The latency file, the LUT (both of `device_name`, the LUT fitted on that file) and the finalists decided on it."""
     from .. import artifacts
     from ..latency.protocol import MeasureError, check_predictions
+    from ..search.link import Link
 
     latency, lut_path = inputs["latency"], inputs["lut"]
     ltable, lmeta = artifacts.read_latency(latency, space, device_name)
@@ -39,7 +40,7 @@ def _finalists(space: SearchSpace, device_name: str, inputs: Mapping[str, Any]) 
     finalists = artifacts.read_decisions(inputs["decisions"], space, device_name)
     if not finalists:
         raise MeasureError(f"no finalists to measure on device {device_name!r}: the decision files hold no rows")
-    check_predictions(space, x, finalists, lut_path)
+    check_predictions(space, x, finalists, lut_path, Link.from_meta(tmeta))
     return ltable, lmeta, x, tmeta, finalists
 
 

@@ -62,6 +62,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 
     from .. import artifacts
     from ..config import space_from_config
+    from ..search.link import Link
     from ..search.targets import resolve_target
     from ..artifacts.resume import clear_resume
     from ..training.distributed import bn_description
@@ -80,8 +81,10 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         if not W < E:
             raise ValueError(f"aows.warmup_epochs ({W}) must be smaller than supernet.epochs ({E})")
         x, tmeta = artifacts.read_lut(lut_path, space, device)
-        target_value = resolve_target(target, space, x, tmeta["unit_short"])
-        sampler = make_sampler(space, config, x, target_value)  # refuses an infeasible target here (D14)
+        link = Link.from_meta(tmeta)
+        target_value = resolve_target(target, space, x, tmeta["unit_short"], link)
+        # the sampler's chain is additive: it steers towards the budget g⁻¹(T) (D39); refuses an infeasible target (D14)
+        sampler = make_sampler(space, config, x, link.inverse(target_value))
 
     out_dir = Path(outputs["out_dir"])
     res = train_supernet(config, out_dir, resume_dir, method=method, sampler=sampler, device=device, target=target,
@@ -95,7 +98,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         averaging="per epoch" if method == "ows" else f"most recent {aw['window']} samples per (layer, width)",
         loss=LOSS_DESCRIPTION, unaries=sn["unaries"],
         frozen_estimate=FROZEN_DESCRIPTION if sn["unaries"] == "frozen" else None,
-        temperature_scale=res.sampler_scale, target_value=None if sampler is None else sampler.target,
+        temperature_scale=res.sampler_scale, target_value=None if sampler is None else target_value,
+        target_budget=None if sampler is None else sampler.target,
         processes=res.world, bn=bn_description(res.world, sync=bool(sn["sync_bn"])), supernet=dict(sn), data=res.spec.to_dict(),
         train={**config["train"], "resolved_device": res.train_device},
     )

@@ -114,6 +114,16 @@ def test_noise_that_grows_with_the_network_is_said():
     assert max(flat["sigma_n_by_speed"]) < 1.2 * min(flat["sigma_n_by_speed"])
     assert speed_dependent_noise(flat["sigma_n_by_speed"]) == "" and speed_dependent_noise(None) == ""
     assert retest_noise(rows(lambda i: 0.02)[:8])["sigma_n_by_speed"] is None  # fewer than 6 pairs
+    # the floor in NRMSE's terms (D39): a perfect table's NRMSE against noisy timings, by brute force over noise draws
+    for r in (grows, flat):
+        assert r["retest_nrmse"] > 0
+    assert grows["retest_nrmse"] > 1.3 * grows["sigma_n"]  # slow networks weigh more in NRMSE: σ_n understates it
+    assert flat["retest_nrmse"] == pytest.approx(flat["sigma_n"], rel=0.1)
+    truth = 1.0 + np.arange(30) / 10
+    sd = np.where(np.arange(30) < 20, 0.005, 0.06) / np.sqrt(2)
+    noisy = truth * (1 + sd * np.random.default_rng(0).standard_normal((4000, 30)))
+    perfect = np.sqrt(np.mean((noisy - truth) ** 2)) / truth.mean()
+    assert grows["retest_nrmse"] == pytest.approx(perfect, rel=0.1)
 
 
 def _rows(values):

@@ -63,17 +63,23 @@ def test_hidden_table_is_recovered_to_the_noise_floor(run):
 
 
 def test_fit_report_scans_lambda_including_zero(run):
-    """The report holds the whole (μ, λ) grid (D38), the paper's fit (μ = 0, λ = 0) first; one row is chosen, the
-    least lambda_val error, and the LUT records its μ."""
+    """The report holds the whole (μ, λ) grid (D38), the paper's fit (μ = 0, λ = 0) first, then one row per link
+    knot tried (D39); one row is chosen, the least lambda_val error, and the LUT records its μ and link."""
     d, cfg, *_ = run
     scan = io.read_table(d / "fit.parquet", "lut_fit")[0].to_pylist()
-    lams, mus = cfg["lut"]["lambdas"], cfg["lut"]["smoothness"]
-    assert len(scan) == len(lams) * len(mus) and len(lams) >= 6 and scan[0]["lam"] == 0 and scan[0]["mu"] == 0
-    assert sorted({r["mu"] for r in scan}) == sorted(mus)
+    lams, mus, knots = cfg["lut"]["lambdas"], cfg["lut"]["smoothness"], cfg["lut"]["link_knots"]
+    grid, links = scan[: len(lams) * len(mus)], scan[len(lams) * len(mus):]
+    assert len(links) == len(knots) and len(lams) >= 6 and scan[0]["lam"] == 0 and scan[0]["mu"] == 0
+    assert all(r["link_knot_ms"] is None and r["link_slope"] == 0 for r in grid)
+    assert all(r["link_slope"] >= 0 for r in links)
+    assert sorted({r["mu"] for r in grid}) == sorted(mus)
     assert sum(r["chosen"] for r in scan) == 1
     best = min(scan, key=lambda r: r["val_rmse_ms"])
     assert best["chosen"] and all(r["status"] == "solved" for r in scan)
-    assert io.read_table(d / "lut.parquet", "lut")[1]["smoothness"] == best["mu"]
+    meta = io.read_table(d / "lut.parquet", "lut")[1]
+    assert meta["smoothness"] == best["mu"]
+    assert meta["link"] == (None if best["link_knot_ms"] is None else {"knot_ms": best["link_knot_ms"],
+                                                                      "slope": best["link_slope"]})
 
 
 def test_lut_has_every_variable_with_counts(run):

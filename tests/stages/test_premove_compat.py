@@ -36,8 +36,8 @@ GREW = {"unaries": ["delta_se", "estimator"], "decisions": ["width_signal_z"],
         # issue 13: paired timing (D27) and the noise gate
         "latency": ["ref_ms_raw", "pair_ratio", "ratio_spread", "retimed", "round"], "measure": ["too_noisy"],
         "pareto": ["too_noisy"],
-        # issue 13: the smoothness prior's weight per fit (D38)
-        "lut_fit": ["mu"]}
+        # issue 13: the smoothness prior's weight per fit (D38) and the link tried (D39)
+        "lut_fit": ["mu", "link_knot_ms", "link_slope"]}
 
 
 def test_every_artifact_kind_written_before_reads_under_its_schema():
