@@ -440,6 +440,7 @@ def fit_linked(A_tr: sp.spmatrix, l_tr: np.ndarray, V: sp.spmatrix, x0: np.ndarr
     l_tr = np.asarray(l_tr, dtype=np.float64)
     w = row_weights(l_tr, weighting)
     n = A_tr.shape[1]
+
     def loss(x: np.ndarray, k: float) -> float:  # weighted squared error of the linked prediction
         return float(np.sum((w * (Link(knot, k)(A_tr @ x) - l_tr)) ** 2))
 
@@ -468,6 +469,8 @@ def fit_linked(A_tr: sp.spmatrix, l_tr: np.ndarray, V: sp.spmatrix, x0: np.ndarr
         else:  # no step lowers it: converged
             break
         f, x, k, best = replace(g, x=xt), xt, kt, new
+    if slope is not None:  # the given link, whether or not a step moved the table
+        return replace(f, x=x, link=Link(float(knot), k) if k > 0 else IDENTITY)
     return replace(f, link=Link(float(knot), k) if k >= MIN_LINK_SLOPE and f is not base else IDENTITY)
 
 

@@ -137,6 +137,25 @@ def test_the_fit_recovers_a_cache_spill():
         timed[tuple(space.max_config)], rel=0.01)
 
 
+def test_a_fixed_link_is_kept_even_when_the_table_does_not_move():
+    """Regression: a refit under a given link (D36's verified decisions) returned the identity when no step lowered
+    the loss — its table then predicted without the link its decisions were made with."""
+    cfg, space, _, sets = _sets("spill")
+    best, res, *_ = fit.fit_table(space, sets, cfg["lut"])
+    g = res[best].link
+    again, res2, rows, *_ = fit.fit_table(space, sets, {**cfg["lut"], "smoothness": [res[best].mu]}, link=g)
+    assert res2[again].link == g and rows[again]["chosen"] and rows[again]["link_slope"] == g.slope
+    idx, l, _ = sets["test"]
+    assert np.allclose(lut.predict(space, res2[again].x, idx, g), lut.predict(space, res[best].x, idx, g), rtol=0.02)
+    # a link whose knot no training network reaches: nothing to move, and still the given link
+    far = Link(1e3, 0.5)
+    b, r4, *_ = fit.fit_table(space, sets, {**cfg["lut"], "smoothness": [res[best].mu]}, link=far)
+    assert r4[b].link == far
+    # and the identity stays the identity
+    plain, res3, *_ = fit.fit_table(space, sets, {**cfg["lut"], "link_knots": []}, link=IDENTITY)
+    assert res3[plain].link.identity
+
+
 def test_an_additive_device_keeps_the_additive_sum():
     """Noise-free eq. lat: the link adds nothing, and whatever lambda_val keeps predicts as the additive table does."""
     cfg, space, _, sets = _sets("plain")
