@@ -16,7 +16,8 @@ whose speed changes (docs/method.md D3, D27):
 Noise floor: σ_n = RMS((m₁ − m₂)/m̄)/√2 over retest pairs; the noise gate (`noise_gate`) compares it
 and the reference's instability with `max_noise`. Measuring (§7, D24): finalists in shuffled rounds
 timed exactly as profiling timed (`measure_plan`), corrected to the LUT's reference baseline
-(`finalist_rows`). Devices are duck-typed (`measure`, `measure_paired`, `analytic`, `spec`, `keys`);
+(`finalist_rows`), beside profiled networks timed again that say how far the session sits from the profile (D40,
+`aows_core.latency.recheck`). Devices are duck-typed (`measure`, `measure_paired`, `analytic`, `spec`, `keys`);
 the journal, the device session and the files belong to the stages.
 """
 
@@ -34,6 +35,7 @@ import numpy as np
 from ..search.link import IDENTITY, Link
 from ..space import SearchSpace
 from .lut import columns_of, predict
+from .recheck import session_agreement
 from .stretch import apply_stretch, estimate_stretch
 
 STATISTICS = {
@@ -224,14 +226,11 @@ def correct_paired(rows: list[dict], baseline: float | None = None) -> tuple[lis
     return rows, session
 
 
-def correct(rows: list[dict], pairing: str, baseline: float | None = None,
-            stretch: Mapping[str, Any] | None = None) -> tuple[list[dict], float]:
-    """The protocol's correction: `correct_paired` or `correct_drift` (D3, D27); paired timings then expressed at the
-    baseline's host state with the profiling session's `stretch` (D37) when given."""
+def correct(rows: list[dict], pairing: str, baseline: float | None = None) -> tuple[list[dict], float]:
+    """The protocol's correction: `correct_paired` or `correct_drift` (D3, D27)."""
     if pairing != "paired":
         return correct_drift(rows, baseline=baseline)
-    rows, session = correct_paired(rows, baseline)
-    return apply_stretch(rows, stretch, session if baseline is None else float(baseline)), session
+    return correct_paired(rows, baseline)
 
 
 def correct_profile(rows: list[dict], pairing: str, estimate: bool) -> tuple[list[dict], float, dict[str, Any] | None]:
@@ -391,24 +390,28 @@ class MeasureJob:
 
     job: int
     round: int
-    role: str  # finalist | reference
-    network: int  # index into the distinct networks; -1 for the reference
+    role: str  # finalist | recheck | reference
+    network: int  # index into the distinct finalists (or the recheck networks); -1 for the reference
     channels: tuple[int, ...]
 
 
 def measure_plan(
     networks: Sequence[Sequence[int]], reference: Sequence[int], rounds: int, seed: int, analytic: bool, job_offset: int = 0,
-    paired: bool = False,
+    paired: bool = False, recheck: Sequence[Sequence[int]] = (),
 ) -> list[MeasureJob]:
     """The seeded job order (§7 timed with §4's protocol): per round ref, shuffle(networks + ref), ref; paired: per
-    round shuffle(networks), each timed with its own reference (D27); analytic: one round, no ref."""
+    round shuffle(networks), each timed with its own reference (D27); analytic: one round, no ref. `recheck`
+    networks (profiled ones, D40) join every round's shuffle, role `recheck`, network = index into them."""
     rng = np.random.default_rng([seed, 0x3EA5E])
     ref = tuple(int(c) for c in reference)
-    nets = [tuple(int(c) for c in n) for n in networks]
+    nets = [("finalist", k, tuple(int(c) for c in n)) for k, n in enumerate(networks)]
+    if not analytic:
+        nets += [("recheck", k, tuple(int(c) for c in n)) for k, n in enumerate(recheck)]
     jobs: list[MeasureJob] = []
 
     def add(r: int, k: int) -> None:
-        jobs.append(MeasureJob(job_offset + len(jobs), r, "reference" if k < 0 else "finalist", k, ref if k < 0 else nets[k]))
+        role, index, channels = ("reference", -1, ref) if k < 0 else nets[k]
+        jobs.append(MeasureJob(job_offset + len(jobs), r, role, index, channels))
 
     for r in range(1 if analytic else rounds):
         if paired and not analytic:
@@ -477,20 +480,25 @@ def round_noise(per_net: Mapping[int, Sequence[float]]) -> float:
 def finalist_rows(
     finalists: Sequence[Mapping[str, Any]], rows: list[dict], nets: Sequence[tuple[int, ...]], baseline: float,
     analytic: bool, device_name: str, match: bool, pairing: str = "interpolated", max_noise: float = float("inf"),
-    lut_too_noisy: bool = False, stretch: Mapping[str, Any] | None = None,
-) -> tuple[list[dict[str, Any]], float, float]:
-    """Correct the timings to the LUT's reference `baseline` (and its profile's `stretch`, D37) and give each finalist
-    its median over rounds (§7, D24); returns the rows, the session's own baseline and its noise across rounds. A finalist is flagged `too_noisy`
-    when the LUT's profile failed the noise gate or this session's noise across rounds exceeds `max_noise`."""
+    lut_too_noisy: bool = False, recheck: Sequence[tuple[tuple[int, ...], float]] = (), sigma_n: float = 0.0,
+) -> tuple[list[dict[str, Any]], float, float, dict[str, Any] | None]:
+    """Correct the timings to the LUT's reference `baseline` and give each finalist its median over rounds (§7, D24);
+    returns the rows, the session's own baseline, its noise across rounds and, with `recheck` networks (profiled ones
+    and their profiled latency, timed in the session's rounds), the session's agreement with the profile (D40;
+    `sigma_n` the profile's). A finalist is flagged `too_noisy` when the LUT's profile failed the noise gate or this
+    session's noise across rounds exceeds `max_noise`."""
     if analytic:
         rows, session_baseline = correct_drift(rows)
     else:
-        rows, session_baseline = correct(rows, pairing, baseline, stretch)
+        rows, session_baseline = correct(rows, pairing, baseline)
     per_net: dict[int, list[tuple[float, float]]] = {}
     for r in rows:
         if r["role"] == "finalist":
             per_net.setdefault(r["network"], []).append((r["latency_ms_raw"], r["latency_ms"]))
     noise = 0.0 if analytic else round_noise({k: [c for _, c in v] for k, v in per_net.items()})
+    agreement = None
+    if recheck and not analytic:
+        agreement = session_agreement(rows, recheck, baseline, sigma_n, noise, max(len(v) for v in per_net.values()))
     noisy = bool(lut_too_noisy or noise > max_noise)
     index = {n: k for k, n in enumerate(nets)}
     out_rows = []
@@ -518,4 +526,4 @@ def finalist_rows(
                 "too_noisy": noisy,
             }
         )
-    return out_rows, session_baseline, noise
+    return out_rows, session_baseline, noise, agreement

@@ -6,7 +6,9 @@ state slows small and large networks by different factors the ratio itself moves
 
 β is estimated from the session's retest pairs (the same network timed twice in different host states) and, when it
 resolves (|β| ≥ MIN_Z standard errors, and 1 + β·h stays within [0.5, 2] over the session), every paired timing is expressed at the baseline's state: l / baseline is
-raised to 1 / (1 + β·h). h is clipped to the range the profiling session saw, so no later session extrapolates it.
+raised to 1 / (1 + β·h). β describes the profiling session only: later sessions are mapped onto the profile's scale
+by networks timed again in them (D40, `aows_core.latency.calibration`), not by β — the host's states of two sessions
+are not one scale.
 """
 
 from __future__ import annotations
@@ -54,13 +56,13 @@ def estimate_stretch(rows: list[dict], baseline: float) -> dict[str, Any]:
 
 
 def apply_stretch(rows: list[dict], stretch: Mapping[str, Any] | None, baseline: float) -> list[dict]:
-    """Express paired timings at the baseline's host state (D37): latency_ms = baseline · (latency_ms / baseline)
-    ^ (1 / (1 + β·h)), h clipped to the profiling session's range; rows unchanged when β did not resolve.
-    drift_factor (the host's state) is left as it is, so applying it twice is an error of the caller, not of h."""
+    """Express a profiling session's paired timings at the baseline's host state (D37): latency_ms = baseline ·
+    (latency_ms / baseline) ^ (1 / (1 + β·h)); rows unchanged when β did not resolve. drift_factor (the host's state)
+    is left as it is, so applying it twice is an error of the caller, not of h."""
     if not stretch or not stretch.get("applied"):
         return rows
     beta = float(stretch["beta"])
-    h = np.clip(host_state(rows), stretch["h_low"], stretch["h_high"])
+    h = host_state(rows)
     scale = 1.0 + beta * h
     if np.any(scale <= 0.1):
         raise ValueError(f"host stretch β = {beta:.3g} over h ∈ [{h.min():.3g}, {h.max():.3g}] inverts the latency "

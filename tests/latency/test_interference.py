@@ -142,14 +142,14 @@ def test_finalists_are_flagged_when_the_lut_or_the_session_was_too_noisy():
     fin = [{"method": "ows", "target": "t", "target_ms": 5.0, "unit": "ms", "channels": list(n), "predicted_ms": 1.0}
            for n in nets]
     quiet = _rows([[1.0, 1.01, 0.99], [2.0, 2.02, 1.98]])
-    out, _, noise = finalist_rows(fin, quiet, nets, 1.0, False, "d", True, pairing="paired", max_noise=0.05)
+    out, _, noise, _ = finalist_rows(fin, quiet, nets, 1.0, False, "d", True, pairing="paired", max_noise=0.05)
     assert noise < 0.02 and not any(r["too_noisy"] for r in out)
     assert [r["measured_ms"] for r in out] == pytest.approx([1.0, 2.0])
-    out, _, _ = finalist_rows(fin, _rows([[1.0, 1.01, 0.99], [2.0, 2.02, 1.98]]), nets, 1.0, False, "d", True,
+    out, _, _, _ = finalist_rows(fin, _rows([[1.0, 1.01, 0.99], [2.0, 2.02, 1.98]]), nets, 1.0, False, "d", True,
                               pairing="paired", max_noise=0.05, lut_too_noisy=True)
     assert all(r["too_noisy"] for r in out)
     busy = _rows([[1.0, 1.3, 0.8], [2.0, 2.6, 1.7]])
-    out, _, noise = finalist_rows(fin, busy, nets, 1.0, False, "d", True, pairing="paired", max_noise=0.05)
+    out, _, noise, _ = finalist_rows(fin, busy, nets, 1.0, False, "d", True, pairing="paired", max_noise=0.05)
     assert noise > 0.05 and all(r["too_noisy"] for r in out)
 
 

@@ -48,7 +48,7 @@ def test_finalists_are_corrected_to_the_lut_baseline():
     assert len(steps) == len(rows) == len(jobs)
     fin = [{"method": "ows", "target": "t", "target_ms": 5.0, "unit": "ms", "channels": list(n), "predicted_ms": 4.0}
            for n in nets]
-    out, session, _ = finalist_rows(fin, rows, nets, baseline=4.0, analytic=False, device_name="d", match=True)
+    out, session, _, _ = finalist_rows(fin, rows, nets, baseline=4.0, analytic=False, device_name="d", match=True)
     # the drift is linear in the job index: correcting to the undrifted reference (4) removes it
     # (up to the running median's shrunken windows at the ends of the series)
     assert [r["measured_ms"] for r in out] == pytest.approx([3.0, 7.0], rel=1e-2)
