@@ -6,9 +6,9 @@ state slows small and large networks by different factors the ratio itself moves
 
 β is estimated from the session's retest pairs (the same network timed twice in different host states) and, when it
 resolves (|β| ≥ MIN_Z standard errors, and 1 + β·h stays within [0.5, 2] over the session), every paired timing is expressed at the baseline's state: l / baseline is
-raised to 1 / (1 + β·h). β describes the profiling session only: later sessions are mapped onto the profile's scale
-by networks timed again in them (D40, `aows_core.latency.calibration`), not by β — the host's states of two sessions
-are not one scale.
+raised to 1 / (1 + β·h). β describes the profiling session only: later sessions (`measure`, the verified decisions)
+do not apply it, since another session's host state is not on the profile's scale; `measure` says how far it sits
+from the profile instead (D40, `aows_core.latency.recheck`).
 """
 
 from __future__ import annotations

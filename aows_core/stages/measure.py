@@ -87,9 +87,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from ..config import space_from_config, stage_settings
     from ..devices import get_device
     from ..latency.lut import columns_of
-    from ..latency.recheck import recheck_networks
     from ..latency.protocol import MeasureError, finalist_rows, measure_plan, reference_config, time_jobs
-    from ..latency.recheck import agreement_note
+    from ..latency.recheck import agreement_note, recheck_networks
     from ..training.loop import progress_bar
 
     device_name, latency, lut_path = device, inputs["latency"], inputs["lut"]
