@@ -33,7 +33,7 @@ from aows_core import artifacts
 from aows_core.config import load, space_from_config, stage_settings
 from aows_core.devices import get_device
 from aows_core.latency.lut import columns_of
-from aows_core.latency.recheck import recheck_networks
+from aows_core.latency.recheck import origin_slope, recheck_networks
 from aows_core.latency.protocol import correct, measure_plan, reference_config, time_jobs
 
 
@@ -57,22 +57,25 @@ def stretched(rows: list[dict], stretch: dict, baseline: float) -> list[dict]:
 
 
 def fitted_line(rows: list[dict], cal: list, baseline: float, intercept: bool) -> dict:
-    """The line of `cal`'s session medians on their profiled latency (log scale), with whether it resolves at 1 %."""
+    """The line of `cal`'s session medians on their profiled latency (log scale), with whether it resolves at 1 %;
+    through the reference it is `origin_slope`, the slope `measure` reports."""
     per: dict[int, list[float]] = {}
     for r in rows:
         if r["role"] == "recheck":
             per.setdefault(r["network"], []).append(r["latency_ms"])
-    x = np.log([cal[k][1] / baseline for k in sorted(per)])
-    y = np.log([np.median(per[k]) / baseline for k in sorted(per)])
-    X = np.column_stack([np.ones_like(x), x]) if intercept else x[:, None]
+    prof = [cal[k][1] for k in sorted(per)]
+    sess = [float(np.median(per[k])) for k in sorted(per)]
+    if not intercept:
+        s, se = origin_slope(prof, sess, baseline)
+        return {"a": 0.0, "s": s, "s_se": se, "applied": ((s - 1) / se) ** 2 >= 6.6349}
+    x, y = np.log(np.asarray(prof) / baseline), np.log(np.asarray(sess) / baseline)
+    X = np.column_stack([np.ones_like(x), x])
     coef, *_ = np.linalg.lstsq(X, y, rcond=None)
     res = y - X @ coef
-    cov = float(res @ res) / (x.size - X.shape[1]) * np.linalg.inv(X.T @ X)
-    d = coef - (np.array([0.0, 1.0]) if intercept else np.array([1.0]))
-    wald = float(d @ np.linalg.solve(cov, d))
-    a, s = (coef[0], coef[1]) if intercept else (0.0, coef[0])
-    return {"a": float(a), "s": float(s), "s_se": float(np.sqrt(cov[-1, -1])),
-            "applied": wald >= (9.2103 if intercept else 6.6349)}
+    cov = float(res @ res) / (x.size - 2) * np.linalg.inv(X.T @ X)
+    d = coef - np.array([0.0, 1.0])
+    return {"a": float(coef[0]), "s": float(coef[1]), "s_se": float(np.sqrt(cov[1, 1])),
+            "applied": float(d @ np.linalg.solve(cov, d)) >= 9.2103}
 
 
 def mapped(rows: list[dict], line: dict, baseline: float) -> list[dict]:
