@@ -1,4 +1,4 @@
-"""Timing under interference (docs/method.md D27): each protocol profiled quiet and with a background load, side by side.
+"""Timing under interference (docs/method.md D27, D41): each protocol profiled quiet and under a background load, side by side.
 
 For every (load, pairing) session it runs the real stages on the default space — `profile` (torch-cpu or
 onnxruntime, the default protocol with `pairing` overridden), `fit-lut`, `validate-lut` — and reports the
@@ -7,10 +7,16 @@ test–retest noise σ_n, the reference's instability, the held-out NRMSE, the s
 are printed per load condition.
 
 The load is a process the benchmark starts itself, pinned to one core: it alternates bursts of busy work
-(numpy matrix products, 1–5 s) with idle gaps (1–5 s) for the whole loaded session — interference lasting
-seconds, like a shared host — and is stopped when the session ends (or the benchmark is interrupted).
+(1–5 s) with idle gaps (1–5 s) for the whole loaded session — interference lasting seconds, like a shared host —
+and is stopped when the session ends (or the benchmark is interrupted). `loaded`: numpy matrix products that fit
+in the core's cache (compute); `memory`: copies of a 64 MB array (a neighbour contending for the shared cache and
+memory bandwidth, which slows large networks more than the reference).
+
+Pairings: `interpolated` (D3), `paired` (the config's protocol, D27), `paired-large` (D27 with the large reference
+of D41: `large_reference_share` 0.25).
 
     python bench/bench_interference.py                      # default space, torch-cpu, 4 sessions
+    python bench/bench_interference.py --device onnxruntime --pairings paired paired-large --loads quiet loaded memory
     python bench/bench_interference.py --quick              # a small check that everything runs
 """
 
@@ -31,8 +37,14 @@ from aows_core.stages import sample
 from latency_session import bench_config, latency_session
 
 
-def _load(core: int, seed: int, stop) -> None:
-    """Busy bursts and idle gaps of 1–5 s each on `core` until `stop` is set."""
+# large_reference_share of the `paired-large` sessions (D41); warm-up passes per chunk of the `paired-warm` ones.
+LARGE_SHARE = 0.25
+WARM = 5
+
+
+def _load(core: int, seed: int, stop, kind: str = "loaded") -> None:
+    """Busy bursts and idle gaps of 1–5 s each on `core` until `stop` is set: matrix products (`loaded`) or copies
+    of a 64 MB array (`memory`)."""
     try:
         os.sched_setaffinity(0, {core})
     except (AttributeError, OSError):
@@ -40,18 +52,23 @@ def _load(core: int, seed: int, stop) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((256, 256))
+    src, dst = np.ones(16_000_000, np.float32), np.empty(16_000_000, np.float32)
     while not stop.is_set():
         end = time.perf_counter() + rng.uniform(1, 5)
         while time.perf_counter() < end and not stop.is_set():
-            a = np.tanh(a @ a.T / 256)
+            if kind == "memory":
+                np.copyto(dst, src)
+                src, dst = dst, src
+            else:
+                a = np.tanh(a @ a.T / 256)
         stop.wait(rng.uniform(1, 5))
 
 
 @contextmanager
-def background_load(core: int, seed: int = 7):
+def background_load(core: int, seed: int = 7, kind: str = "loaded"):
     """`_load` in a daemon process for the duration of the block, stopped (or terminated) at its end."""
     stop = mp.Event()
-    proc = mp.Process(target=_load, args=(core, seed, stop), daemon=True)
+    proc = mp.Process(target=_load, args=(core, seed, stop, kind), daemon=True)
     proc.start()
     try:
         yield
@@ -62,15 +79,19 @@ def background_load(core: int, seed: int = 7):
             proc.terminate()
 
 
-def session(cfg: dict, device: str, pairing: str, loaded: bool, d: Path, core: int,
+def session(cfg: dict, device: str, pairing: str, load: str, d: Path, core: int,
             paired_min_time_ms: float | None = None) -> dict:
-    """One profile → fit → validate session; returns its figures."""
-    cfg = {**cfg, "profiling": {**cfg["profiling"], "pairing": pairing}}
-    if pairing == "paired" and paired_min_time_ms is not None:
+    """One profile → fit → validate session under `load` (quiet, loaded, memory); returns its figures."""
+    cfg = {**cfg, "profiling": {**cfg["profiling"], "pairing": "interpolated" if pairing == "interpolated" else "paired"}}
+    if pairing == "paired-large":
+        cfg["profiling"]["large_reference_share"] = LARGE_SHARE
+    if pairing == "paired-warm":
+        cfg["profiling"]["warmup"] = WARM
+    if pairing != "interpolated" and paired_min_time_ms is not None:
         cfg["profiling"]["min_time_ms"] = paired_min_time_ms
-    name = f"{pairing}_{'loaded' if loaded else 'quiet'}"
-    res, v, wall = latency_session(cfg, device, name, d, background_load(core) if loaded else None)
-    return {"pairing": pairing, "load": "loaded" if loaded else "quiet", "sigma_n": res["sigma_n"],
+    name = f"{pairing}_{load}"
+    res, v, wall = latency_session(cfg, device, name, d, None if load == "quiet" else background_load(core, kind=load))
+    return {"pairing": pairing, "load": load, "sigma_n": res["sigma_n"], "sigma_n_by_speed": res["sigma_n_by_speed"],
             "retest_within_10pct": res["retest_within_10pct"], "reference_instability": res["reference_instability"],
             "nrmse": v["lut"]["nrmse"], "within_10pct": v["lut"]["within_10pct"], "kendall_tau": v["lut"]["kendall_tau"],
             "too_noisy": res["too_noisy"], "retimed": res["retimed"], "jobs": res["total"], "wall_s": wall,
@@ -87,8 +108,9 @@ def _stretch(s: dict | None) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", help="a device of the default config (cpu = torch-cpu, onnxruntime)")
-    ap.add_argument("--pairings", nargs="+", default=["interpolated", "paired"])
-    ap.add_argument("--loads", nargs="+", default=["quiet", "loaded"])
+    ap.add_argument("--pairings", nargs="+", default=["interpolated", "paired"],
+                    choices=["interpolated", "paired", "paired-large", "paired-warm"])
+    ap.add_argument("--loads", nargs="+", default=["quiet", "loaded"], choices=["quiet", "loaded", "memory"])
     ap.add_argument("--core", type=int, default=0, help="the core the background load is pinned to")
     ap.add_argument("--quick", action="store_true", help="a small space and few networks: checks that it runs")
     ap.add_argument("--max-rounds", type=int, default=1,
@@ -98,37 +120,43 @@ def main() -> None:
     ap.add_argument("--paired-min-time-ms", type=float, default=None,
                     help="profiling.min_time_ms of the paired sessions (default: the config's, as the interpolated ones)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep every session's files (latency, LUT, validation) in this directory")
     args = ap.parse_args()
     cfg = bench_config(args.quick, args.max_rounds)
     if args.reference_share is not None:
         cfg["profiling"]["reference_share"] = args.reference_share
     rows = []
-    with tempfile.TemporaryDirectory() as d:
-        d = Path(d)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = args.keep or Path(tmp)
+        d.mkdir(parents=True, exist_ok=True)
         sample.run(cfg, {}, {"out": d / "configs.parquet"})
         for load in args.loads:
             for pairing in args.pairings:
-                rows.append(session(cfg, args.device, pairing, load == "loaded", d, args.core, args.paired_min_time_ms))
+                rows.append(session(cfg, args.device, pairing, load, d, args.core, args.paired_min_time_ms))
                 r = rows[-1]
                 print(f"  {r['load']:6s} {r['pairing']:12s} σ_n {100 * r['sigma_n']:5.2f} %  NRMSE "
                       f"{100 * r['nrmse']:5.2f} %  ±10 % {100 * r['within_10pct']:5.1f} %  ({r['wall_s']:.0f} s)", flush=True)
-    keys = ("repeats", "chunks", "reference_share", "reference_every", "retest", "min_time_ms")
+    keys = ("repeats", "chunks", "reference_share", "large_reference_share", "reference_every", "retest", "min_time_ms")
     print(f"\ndevice {args.device}, protocol {json.dumps({k: cfg['profiling'][k] for k in keys})}"
           + (f"; paired sessions min_time_ms {args.paired_min_time_ms}" if args.paired_min_time_ms is not None else ""))
-    print("| load | pairing | σ_n | retest ±10 % | ref. jumps | held-out NRMSE | within ±10 % | Kendall τ | gate | re-timed | "
-          "stretch β (D37) | wall |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| load | pairing | σ_n | σ_n fast / mid / slow third | retest ±10 % | ref. jumps | held-out NRMSE | within ±10 % | "
+          "Kendall τ | gate | re-timed | stretch β (D37) | wall |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['load']} | {r['pairing']} | {100 * r['sigma_n']:.2f} % | {100 * r['retest_within_10pct']:.0f} % | "
+        thirds = " / ".join(f"{100 * x:.2f}" for x in r["sigma_n_by_speed"] or []) + " %"
+        print(f"| {r['load']} | {r['pairing']} | {100 * r['sigma_n']:.2f} % | {thirds} | "
+              f"{100 * r['retest_within_10pct']:.0f} % | "
               f"{100 * r['reference_instability']:.1f} % | {100 * r['nrmse']:.2f} % | {100 * r['within_10pct']:.1f} % | "
               f"{r['kendall_tau']:.3f} | {'too noisy' if r['too_noisy'] else 'pass'} | {r['retimed']}/{r['jobs']} | "
               f"{_stretch(r['stretch'])} | {r['wall_s']:.0f} s |")
     by = {(r["load"], r["pairing"]): r for r in rows}
     for load in args.loads:
-        a, b = by.get((load, "paired")), by.get((load, "interpolated"))
-        if a and b:
-            print(f"{load}: paired / interpolated — σ_n ×{a['sigma_n'] / b['sigma_n']:.2f}, NRMSE ×{a['nrmse'] / b['nrmse']:.2f}, "
-                  f"wall ×{a['wall_s'] / b['wall_s']:.2f}")
+        for new, base in (("paired", "interpolated"), ("paired-large", "paired"), ("paired-warm", "paired")):
+            a, b = by.get((load, new)), by.get((load, base))
+            if a and b:
+                print(f"{load}: {new} / {base} — σ_n ×{a['sigma_n'] / b['sigma_n']:.2f}, "
+                      f"NRMSE ×{a['nrmse'] / b['nrmse']:.2f}, wall ×{a['wall_s'] / b['wall_s']:.2f}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -45,6 +45,7 @@ SCHEMAS: Mapping[str, pa.Schema] = MappingProxyType({
             ("std_ms", pa.float64()),
             ("n_repeats", pa.int32()),
             ("ref_ms_raw", pa.float64()),
+            ("large_ref_ms_raw", pa.float64()),
             ("pair_ratio", pa.float64()),
             ("ratio_spread", pa.float64()),
             ("retimed", pa.bool_()),

@@ -9,7 +9,8 @@ whose speed changes (docs/method.md D3, D27):
   being the running median of neighbouring jobs' references while the host is steady and the job's own where it
   jumped (`paired_reference`). Jobs whose chunk ratios disagree far more than the session's typical job were
   disturbed while timed and are timed again within a budget (`disturbed`). Where the host's state slows small and
-  large networks by different factors, the ratios are expressed at the baseline's state (D37, `stretch`).
+  large networks by different factors, a large reference timed in the same chunks can measure it per job (D41,
+  `correct_large`, optional), and what is left is expressed at the baseline's state (D37, `stretch`).
 - `interpolated`: a reference job every `reference_every` jobs, smoothed by a running median of
   DRIFT_WINDOW measurements and interpolated over job order (`correct_drift`).
 
@@ -64,6 +65,26 @@ class Job:
 def reference_config(space: SearchSpace) -> list[int]:
     """The drift reference: the middle width choice of every layer (a mid-latency network)."""
     return space.middle_config
+
+
+def large_reference_config(space: SearchSpace) -> list[int]:
+    """The large reference of paired timing (D41): the widest choice of every layer, the slowest network."""
+    return space.max_config
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """What `time_network` times beside a network (D27, D41): the reference (None: not paired), the chunks, the
+    reference's share, and the large reference with its share (None: none)."""
+
+    reference: tuple[int, ...] | None = None
+    chunks: int = 1
+    share: float = 1.0
+    large: tuple[int, ...] | None = None
+    large_share: float = 0.0
+
+
+UNPAIRED = Pairing()
 
 
 def profile_plan(space: SearchSpace, configs: Any, protocol: Mapping[str, Any], seed: int, analytic: bool) -> list[Job]:
@@ -210,27 +231,57 @@ def paired_reference(rows: list[dict], window: int = DRIFT_WINDOW) -> np.ndarray
     return out
 
 
-def correct_paired(rows: list[dict], baseline: float | None = None) -> tuple[list[dict], float]:
-    """Paired correction (D27): latency_ms = latency_ms_raw / reference level × baseline (`paired_reference`);
-    returns rows and the session's baseline.
+def correct_paired(rows: list[dict], baseline: float | None = None,
+                   large_ratio: float | None = None) -> tuple[list[dict], float]:
+    """Paired correction (D27): latency_ms = latency_ms_raw / reference level × baseline (`paired_reference`), then
+    the large reference's (`correct_large`, D41); returns rows and the session's baseline.
 
     The session's baseline is the median of its jobs' reference timings; latencies are expressed at
-    `baseline` (another session's, e.g. the LUT's) when given. drift_factor = reference level ÷ baseline, the host's
-    state (= latency_ms_raw / latency_ms until the stretch of D37 is applied).
+    `baseline` (another session's, e.g. the LUT's) when given, and so is the large reference's ratio `large_ratio`.
+    drift_factor = reference level ÷ baseline, the host's state (= latency_ms_raw / latency_ms until the large
+    reference's or the stretch's correction, D41, D37).
     """
     session = float(np.median([r["ref_ms_raw"] for r in rows])) if rows else float("nan")
     to = session if baseline is None else float(baseline)
     for r, ref in zip(rows, paired_reference(rows)):
         r["latency_ms"] = r["latency_ms_raw"] / ref * to
         r["drift_factor"] = ref / to
-    return rows, session
+    return correct_large(rows, to, large_ratio), session
 
 
-def correct(rows: list[dict], pairing: str, baseline: float | None = None) -> tuple[list[dict], float]:
-    """The protocol's correction: `correct_paired` or `correct_drift` (D3, D27)."""
+def large_ratio_of(rows: list[dict]) -> float | None:
+    """The session's large-reference ratio q₀ (D41): the median over jobs of large reference ÷ reference, or None
+    when no job timed a large reference."""
+    q = [r["large_ref_ms_raw"] / r["ref_ms_raw"] for r in rows if math.isfinite(r.get("large_ref_ms_raw", math.nan))]
+    return float(np.median(q)) if q else None
+
+
+def correct_large(rows: list[dict], baseline: float, large_ratio: float | None = None) -> list[dict]:
+    """The large reference's correction (D41): in a job where the large reference ran at q = large ÷ reference
+    instead of the session's ratio q₀ (`large_ratio`, else `large_ratio_of(rows)`), the log-latency axis from the
+    reference to the large reference, [0, log q] above log(baseline), is mapped linearly onto [0, log q₀]: a paired
+    latency m = log(latency ÷ baseline) in between becomes m·log q₀ ÷ log q, one beyond the large reference moves by
+    log(q₀ ÷ q), one at or below the reference is unchanged. Rows without a large reference are unchanged."""
+    q0 = large_ratio if large_ratio is not None else large_ratio_of(rows)
+    if q0 is None or not q0 > 1:
+        return rows
+    top0 = math.log(q0)
+    for r in rows:
+        big = r.get("large_ref_ms_raw", math.nan)
+        if not math.isfinite(big) or not big > r["ref_ms_raw"]:
+            continue
+        m, top = math.log(r["latency_ms"] / baseline), math.log(big / r["ref_ms_raw"])
+        if m > 0:
+            r["latency_ms"] = baseline * math.exp(m * top0 / top if m < top else m - top + top0)
+    return rows
+
+
+def correct(rows: list[dict], pairing: str, baseline: float | None = None,
+            large_ratio: float | None = None) -> tuple[list[dict], float]:
+    """The protocol's correction: `correct_paired` or `correct_drift` (D3, D27, D41)."""
     if pairing != "paired":
         return correct_drift(rows, baseline=baseline)
-    return correct_paired(rows, baseline)
+    return correct_paired(rows, baseline, large_ratio)
 
 
 def correct_profile(rows: list[dict], pairing: str, estimate: bool) -> tuple[list[dict], float, dict[str, Any] | None]:
@@ -333,26 +384,30 @@ def timing_counts(device, protocol: Mapping[str, Any]) -> tuple[int, int, float]
 
 
 def time_network(device, channels, job: int, counts: tuple[int, int, float], statistic: str,
-                 reference: Sequence[int] | None = None, chunks: int = 1, reference_share: float = 1.0) -> dict[str, Any]:
-    """Time one network under the protocol (§4): the fitted statistic, the raw per-repeat statistics and, when a
-    `reference` is given, the paired timing (D27): the reference's statistic over its chunks, the ratio of the two
-    statistics (both pooled over the alternating chunks, so both see the same mixture of the host's states) and the
-    per-chunk ratios' relative range (max − min)/median, which shows a job disturbed while it was timed."""
+                 pairing: Pairing = UNPAIRED) -> dict[str, Any]:
+    """Time one network under the protocol (§4): the fitted statistic, the raw per-repeat statistics and, when paired,
+    the paired timing (D27): the reference's statistic over its chunks, the ratio of the two statistics (both pooled
+    over the alternating chunks, so both see the same mixture of the host's states), the per-chunk ratios' relative
+    range (max − min)/median, which shows a job disturbed while it was timed, and the large reference's statistic
+    (D41; NaN without one)."""
     repeats, warmup, min_time = counts
-    paired = reference is not None and not device.analytic
+    paired = pairing.reference is not None and not device.analytic
     if paired:
-        m = device.measure_paired(list(channels), list(reference), repeats, warmup, job, min_time, chunks,
-                                  reference_share)
+        m = device.measure_paired(list(channels), list(pairing.reference), repeats, warmup, job, min_time,
+                                  pairing.chunks, pairing.share,
+                                  None if pairing.large is None else list(pairing.large), pairing.large_share)
         s = np.concatenate(m.network)
         stat = STATISTICS[statistic]
         ref = stat(np.concatenate(m.reference))
         ratios = np.array([stat(a) / stat(b) for a, b in zip(m.network, m.reference)])
         pair = {"ref_ms_raw": ref, "pair_ratio": stat(s) / ref,
-                "ratio_spread": float((ratios.max() - ratios.min()) / np.median(ratios))}
+                "ratio_spread": float((ratios.max() - ratios.min()) / np.median(ratios)),
+                "large_ref_ms_raw": stat(np.concatenate(m.large)) if m.large else float("nan")}
     else:
         m = device.measure(list(channels), repeats, warmup, job, min_time_s=min_time)
         s = np.asarray(m.samples, dtype=np.float64)
-        pair = {"ref_ms_raw": float("nan"), "pair_ratio": float("nan"), "ratio_spread": float("nan")}
+        pair = {"ref_ms_raw": float("nan"), "pair_ratio": float("nan"), "ratio_spread": float("nan"),
+                "large_ref_ms_raw": float("nan")}
     return {
         "latency_ms_raw": STATISTICS[statistic](s),
         "median_ms": float(np.median(s)),
@@ -368,12 +423,14 @@ def time_network(device, channels, job: int, counts: tuple[int, int, float], sta
     }
 
 
-def pairing_of(device, protocol: Mapping[str, Any], space: SearchSpace) -> tuple[list[int] | None, int, float]:
-    """(reference, chunks, reference_share) for `time_network`: the reference network under paired timing, None
-    otherwise."""
+def pairing_of(device, protocol: Mapping[str, Any], space: SearchSpace) -> Pairing:
+    """What `time_network` times beside each network under `protocol`: nothing unless paired (D27); the large
+    reference when `large_reference_share` > 0 (D41)."""
     if device.analytic or protocol["pairing"] != "paired":
-        return None, 1, 1.0
-    return reference_config(space), int(protocol["chunks"]), float(protocol["reference_share"])
+        return UNPAIRED
+    large = float(protocol.get("large_reference_share", 0.0))
+    return Pairing(tuple(reference_config(space)), int(protocol["chunks"]), float(protocol["reference_share"]),
+                   tuple(large_reference_config(space)) if large > 0 else None, large)
 
 
 # Decisions must carry the LUT's own prediction; anything looser means they were decided on another table.
@@ -433,7 +490,7 @@ def protocol_differences(used: Mapping[str, Any], protocol: Mapping[str, Any]) -
     """The timing settings (§4 same form) in which `protocol` differs from the `used` one: "key old → new" each."""
     used = {"pairing": "interpolated", **used}  # sessions recorded before D27 interpolated their reference
     keys = ("statistic", "repeats", "warmup", "min_time_ms", "pairing") + (
-        ("chunks", "reference_share") if protocol["pairing"] == "paired" else ())
+        ("chunks", "reference_share", "large_reference_share") if protocol["pairing"] == "paired" else ())
     differ = [k for k in keys if k in used and used[k] != protocol[k]]
     return [f"{k} {used[k]!r} → {protocol[k]!r}" for k in differ]
 
@@ -458,13 +515,12 @@ def time_jobs(device, jobs: list[MeasureJob], protocol: Mapping[str, Any], space
               on_step: Callable[[], None] | None = None) -> list[dict]:
     """Each job timed as profiling times it (same repeats, warm-up, minimum time, statistic and pairing, §4, D27)."""
     counts = timing_counts(device, protocol)
-    reference, chunks, share = pairing_of(device, protocol, space)
+    pairing = pairing_of(device, protocol, space)
     rows = []
     for j in jobs:
         t_abs = time.time()
         rows.append({"job": j.job, "round": j.round, "role": j.role, "network": j.network, "t_abs": t_abs,
-                     **time_network(device, j.channels, j.job, counts, protocol["statistic"], reference, chunks,
-                                    share)})
+                     **time_network(device, j.channels, j.job, counts, protocol["statistic"], pairing)})
         if on_step is not None:
             on_step()
     return rows
@@ -481,16 +537,17 @@ def finalist_rows(
     finalists: Sequence[Mapping[str, Any]], rows: list[dict], nets: Sequence[tuple[int, ...]], baseline: float,
     analytic: bool, device_name: str, match: bool, pairing: str = "interpolated", max_noise: float = float("inf"),
     lut_too_noisy: bool = False, recheck: Sequence[tuple[tuple[int, ...], float]] = (), sigma_n: float = 0.0,
+    large_ratio: float | None = None,
 ) -> tuple[list[dict[str, Any]], float, float, dict[str, Any] | None]:
     """Correct the timings to the LUT's reference `baseline` and give each finalist its median over rounds (§7, D24);
     returns the rows, the session's own baseline, its noise across rounds and, with `recheck` networks (profiled ones
     and their profiled latency, timed in the session's rounds), the session's agreement with the profile (D40;
     `sigma_n` the profile's). A finalist is flagged `too_noisy` when the LUT's profile failed the noise gate or this
-    session's noise across rounds exceeds `max_noise`."""
+    session's noise across rounds exceeds `max_noise`. `large_ratio`: the profile's large-reference ratio (D41)."""
     if analytic:
         rows, session_baseline = correct_drift(rows)
     else:
-        rows, session_baseline = correct(rows, pairing, baseline)
+        rows, session_baseline = correct(rows, pairing, baseline, large_ratio)
     per_net: dict[int, list[tuple[float, float]]] = {}
     for r in rows:
         if r["role"] == "finalist":

@@ -75,7 +75,8 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
 def _timer(dev: Any, space: SearchSpace, protocol: Mapping[str, Any], lmeta: Mapping[str, Any], seed: int,
            rounds: int) -> Callable[[Sequence[int]], float]:
     """A network's latency as `measure` gives it: median over `rounds` of the profiling protocol's timing, corrected
-    to the LUT's reference baseline (§7, D24, D27; the profile's stretch is not transferred, D40)."""
+    to the LUT's reference baseline and large-reference ratio (§7, D24, D27, D41; the profile's stretch is not
+    transferred, D40)."""
     from ..latency.protocol import correct, measure_plan, reference_config, time_jobs
 
     ref, baseline, first = reference_config(space), float(lmeta["reference_baseline"]), [int(lmeta["next_job"])]
@@ -83,7 +84,8 @@ def _timer(dev: Any, space: SearchSpace, protocol: Mapping[str, Any], lmeta: Map
     def time_network(channels: Sequence[int]) -> float:
         jobs = measure_plan([channels], ref, rounds, seed, False, first[0], paired=protocol["pairing"] == "paired")
         first[0] = jobs[-1].job + 1
-        timed, _ = correct(time_jobs(dev, jobs, protocol, space), protocol["pairing"], baseline)
+        timed, _ = correct(time_jobs(dev, jobs, protocol, space), protocol["pairing"], baseline,
+                           lmeta.get("large_reference_ratio"))
         return float(np.median([r["latency_ms"] for r in timed if r["role"] == "finalist"]))
 
     return time_network

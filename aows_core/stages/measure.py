@@ -123,7 +123,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     out_rows, session_baseline, noise, agreement = finalist_rows(
         finalists, rows, nets, baseline, dev.analytic, device_name, match, pairing=protocol["pairing"],
         max_noise=float(lmeta["max_noise"]), lut_too_noisy=bool(lmeta["too_noisy"]), recheck=recheck,
-        sigma_n=float(lmeta.get("sigma_n") or 0.0))
+        sigma_n=float(lmeta.get("sigma_n") or 0.0), large_ratio=lmeta.get("large_reference_ratio"))
     meta = artifacts.provenance(
         space,
         device_name,
@@ -144,8 +144,9 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         reference_baseline=baseline,
         session_reference_baseline=session_baseline,
         pairing=protocol["pairing"],
-        correction=("corrected = stat(network) / stat(alternating reference) × reference_baseline(LUT), as in "
-                    "profiling (D27)" if protocol["pairing"] == "paired" else
+        large_reference_ratio=lmeta.get("large_reference_ratio"),
+        correction=("corrected = stat(network) / stat(alternating reference) × reference_baseline(LUT), then the "
+                    "large reference's correction at the LUT's large_reference_ratio, as in profiling (D27, D41)" if protocol["pairing"] == "paired" else
                     "corrected = raw × reference_baseline(LUT) / ref(job); ref = running median of the reference "
                     "series interpolated over job order (as in profiling)"),
         recheck_networks=[{"channels": list(c), "profiled_ms": v} for c, v in recheck],

@@ -41,7 +41,7 @@ class _Session:
         self.journal, self.device, self.bar = journal, device, bar
         self.statistic = protocol["statistic"]
         self.counts = timing_counts(device, protocol)
-        self.reference, self.chunks, self.share = pairing_of(device, protocol, space)
+        self.pairing = pairing_of(device, protocol, space)
         self.budget = stop_after if stop_after is not None else math.inf
         self.jobs: list = []
 
@@ -60,7 +60,7 @@ class _Session:
                 return False
             row = {"job": j.job, "role": j.role, "config_id": j.config_id, "channels": list(j.channels), "set": j.set,
                    "t_abs": time.time(), **time_network(self.device, j.channels, j.job, self.counts, self.statistic,
-                                                         self.reference, self.chunks, self.share)}
+                                                         self.pairing)}
             if retime_of is not None:
                 row["retime_of"] = retime_of[j.job]
             self.journal.append(row)
@@ -98,8 +98,8 @@ def profile_session(
     `targets`. Resumable at any job; writes the latency artifact."""
     from .. import artifacts
     from ..devices import get_device
-    from ..latency.protocol import (Job, correct_profile, disturbed, noise_gate, number_jobs, plan_hash, profile_plan,
-                                    reference_config, reference_instability, retest_noise)
+    from ..latency.protocol import (Job, correct_profile, disturbed, large_ratio_of, noise_gate, number_jobs, plan_hash,
+                                    profile_plan, reference_config, reference_instability, retest_noise)
     from ..latency.rounds import next_round, round_error, stop_reason
 
     configs, cmeta = artifacts.read_configs(configs_path, space)
@@ -117,7 +117,7 @@ def profile_session(
 
         bar = tqdm(total=len(plan), initial=len(journal.rows), desc=f"profile {device_name}", unit="net", smoothing=0.05)
     sess = _Session(journal, device, protocol, space, bar, stop_after)
-    pairing = "paired" if sess.reference is not None else "interpolated"
+    pairing = "paired" if sess.pairing.reference is not None else "interpolated"
     ref = reference_config(space)
     round_of = {j.job: 0 for j in plan}
     history: list[dict[str, Any]] = []
@@ -187,6 +187,8 @@ def profile_session(
         seed=seed,
         reference_channels=ref,
         reference_baseline=baseline,
+        large_reference_channels=None if sess.pairing.large is None else list(sess.pairing.large),
+        large_reference_ratio=large_ratio_of(rows),
         configs_sampler=cmeta.get("sampler"),
         timed_s=timed_s,
         overhead_s=overhead,
