@@ -13,7 +13,8 @@ in the core's cache (compute); `memory`: copies of a 64 MB array (a neighbour co
 memory bandwidth, which slows large networks more than the reference).
 
 Pairings: `interpolated` (D3), `paired` (the config's protocol, D27), `paired-large` (D27 with the large reference
-of D41: `large_reference_share` 0.25).
+of D41: `large_reference_share` 0.25), `paired-warm` (5 warm-up passes per chunk), `paired-min` (the `min` statistic
+of network and reference instead of the median).
 
     python bench/bench_interference.py                      # default space, torch-cpu, 4 sessions
     python bench/bench_interference.py --device onnxruntime --pairings paired paired-large --loads quiet loaded memory
@@ -87,6 +88,8 @@ def session(cfg: dict, device: str, pairing: str, load: str, d: Path, core: int,
         cfg["profiling"]["large_reference_share"] = LARGE_SHARE
     if pairing == "paired-warm":
         cfg["profiling"]["warmup"] = WARM
+    if pairing == "paired-min":
+        cfg["profiling"]["statistic"] = "min"
     if pairing != "interpolated" and paired_min_time_ms is not None:
         cfg["profiling"]["min_time_ms"] = paired_min_time_ms
     name = f"{pairing}_{load}"
@@ -109,7 +112,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", help="a device of the default config (cpu = torch-cpu, onnxruntime)")
     ap.add_argument("--pairings", nargs="+", default=["interpolated", "paired"],
-                    choices=["interpolated", "paired", "paired-large", "paired-warm"])
+                    choices=["interpolated", "paired", "paired-large", "paired-warm", "paired-min"])
     ap.add_argument("--loads", nargs="+", default=["quiet", "loaded"], choices=["quiet", "loaded", "memory"])
     ap.add_argument("--core", type=int, default=0, help="the core the background load is pinned to")
     ap.add_argument("--quick", action="store_true", help="a small space and few networks: checks that it runs")
@@ -152,7 +155,8 @@ def main() -> None:
               f"{_stretch(r['stretch'])} | {r['wall_s']:.0f} s |")
     by = {(r["load"], r["pairing"]): r for r in rows}
     for load in args.loads:
-        for new, base in (("paired", "interpolated"), ("paired-large", "paired"), ("paired-warm", "paired")):
+        for new, base in (("paired", "interpolated"), ("paired-large", "paired"), ("paired-warm", "paired"),
+                          ("paired-min", "paired")):
             a, b = by.get((load, new)), by.get((load, base))
             if a and b:
                 print(f"{load}: {new} / {base} — σ_n ×{a['sigma_n'] / b['sigma_n']:.2f}, "
