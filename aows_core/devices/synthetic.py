@@ -85,8 +85,9 @@ class Synthetic(Device):
         self._phi = rng.uniform(0, 2 * np.pi, size=3)
         self._periods = (rng.uniform(240, 375), rng.uniform(2400, 3750))
         self._macs_max = network_macs(space, space.max_config)
-        self._episodes = {name: (np.random.default_rng([self.seed, 2**32 - 1, key]), [np.zeros(0)])
-                          for name, key in (("interference", 11), ("contention", 13))}
+        self._episode_rngs = {name: np.random.default_rng([self.seed, 2**32 - 1, key])
+                              for name, key in (("interference", 11), ("contention", 13))}
+        self._switches = {name: np.zeros(0) for name in self._episode_rngs}
         self._ticks: dict[int, int] = {}
 
     # ---- ground truth ------------------------------------------------------------------
@@ -142,12 +143,11 @@ class Synthetic(Device):
     def _episode(self, name: str, t: float) -> bool:
         """Whether virtual time t (jobs) falls in an episode of `name` (exponential dwell times of mean
         `regime_dwell`, alternating off and on)."""
-        rng, holder = self._episodes[name]
-        switches = holder[0]
+        switches = self._switches[name]
         while not switches.size or switches[-1] <= t:
             last = switches[-1] if switches.size else 0.0
-            switches = np.concatenate([switches, last + np.cumsum(rng.exponential(self.regime_dwell, size=256))])
-        holder[0] = switches
+            more = np.cumsum(self._episode_rngs[name].exponential(self.regime_dwell, size=256))
+            switches = self._switches[name] = np.concatenate([switches, last + more])
         return int(np.searchsorted(switches, t, side="right")) % 2 == 1
 
     def regime_factor(self, t: float) -> float:
@@ -160,9 +160,14 @@ class Synthetic(Device):
         """The cache-contention slowdown (D41) of a network of true latency `truth` at virtual time t (jobs)."""
         if self.contention == 0 or not self._episode("contention", t):
             return 1.0
-        top = np.log(self.true_latency(self.space.max_config) / self._reference_truth)
+        top = self._contention_top
         w = min(1.0, max(0.0, float(np.log(truth / self._reference_truth) / top))) if top > 0 else 0.0
         return float(np.exp(self.contention * w))
+
+    @cached_property
+    def _contention_top(self) -> float:
+        """log(widest network ÷ reference) of the truth: where the contention's slowdown is full (D41)."""
+        return float(np.log(self.true_latency(self.space.max_config) / self._reference_truth))
 
     @cached_property
     def _reference_truth(self) -> float:
