@@ -93,7 +93,7 @@ def test_drift_is_corrected_and_noise_floor_reported(tiny_space, tmp_path):
     assert err(cor) < 0.35 * err(raw)
     assert 0 < res["sigma_n"] < 0.05 and res["retest_pairs"] == 30
     assert meta["reference_channels"] == reference_config(tiny_space) and meta["reference_baseline"] > 0
-    assert meta["fingerprint"]["backend"] == "synthetic" and meta["statistic"] == "median"
+    assert meta["fingerprint"]["backend"] == "synthetic" and meta["statistic"] == "min"
 
 
 def test_journal_from_another_device_is_set_aside_and_profiling_starts_afresh(tiny_space, tmp_path, capfd):
