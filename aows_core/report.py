@@ -40,11 +40,13 @@ def _by_method(rows: Sequence[Mapping[str, Any]], key: str = "measured_ms") -> l
     return [(m, sorted(out[m], key=lambda r: r[key])) for m in (*METHODS, *sorted(set(out) - set(METHODS))) if m in out]
 
 
-def lut_validation(meas: np.ndarray, pred: np.ndarray, base: np.ndarray, meta: Mapping[str, Any]) -> Figure:
+def lut_validation(meas: np.ndarray, pred: np.ndarray, base: np.ndarray, meta: Mapping[str, Any],
+                   disturbed: np.ndarray | None = None) -> Figure:
     """Predicted vs measured latency of held-out networks, with the identity line (§7 Fig. latency_correlation).
 
     `meas`, `pred`, `base`: the measured, LUT-predicted and FLOPs-proportional latencies (the columns of the
-    `lut_predictions` table); `meta`: its metadata (device, unit, sigma_n).
+    `lut_predictions` table); `meta`: its metadata (device, unit, sigma_n); `disturbed`: the networks timed while
+    the host disturbed them (D43), drawn hollow.
     """
     plt = _plt()
     meas, pred, base = (np.asarray(a, dtype=np.float64) for a in (meas, pred, base))
@@ -54,7 +56,11 @@ def lut_validation(meas: np.ndarray, pred: np.ndarray, base: np.ndarray, meta: M
     ax.fill_between(grid, grid * 0.9, grid * 1.1, color="0.9", label="±10 %")
     ax.plot(grid, grid, color="k", lw=1, label="identity")
     ax.scatter(meas, base, s=8, color="tab:orange", alpha=0.5, label="FLOPs-proportional")
-    ax.scatter(meas, pred, s=10, color="tab:blue", label="latency table")
+    hit = np.zeros(len(meas), dtype=bool) if disturbed is None else np.asarray(disturbed, dtype=bool)
+    ax.scatter(meas[~hit], pred[~hit], s=10, color="tab:blue", label="latency table")
+    if hit.any():
+        ax.scatter(meas[hit], pred[hit], s=14, facecolors="none", edgecolors="tab:blue", lw=0.8,
+                   label=f"latency table, timed disturbed ({int(hit.sum())})")
     rel = np.abs(pred - meas) / meas
     unit = meta.get("unit", "ms")
     ax.set_xlabel(f"measured ({unit})", fontsize=8)

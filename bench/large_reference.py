@@ -20,6 +20,7 @@ import pandas as pd
 from aows_core import artifacts
 from aows_core.config import space_from_config, validate
 from aows_core.latency import fit, lut
+from aows_core.latency.calm import fit_sets
 from aows_core.latency.metrics import latency_metrics
 from aows_core.latency.protocol import correct_profile, retest_noise
 
@@ -27,7 +28,7 @@ from aows_core.latency.protocol import correct_profile, retest_noise
 def score(rows: list[dict], space, cfg: dict) -> dict:
     """σ_n (overall and per third) and the held-out metrics of `rows` corrected as `profile` corrects them."""
     rows, _, stretch = correct_profile(rows, "paired", cfg["profiling"]["stretch"])
-    sets = lut.split_sets(space, lut.columns_of(pd.DataFrame(rows)))
+    sets, _ = fit_sets(space, lut.columns_of(pd.DataFrame(rows)), cfg["lut"])
     best, res, *_ = fit.fit_table(space, sets, cfg["lut"])
     idx, measured, _ = sets["test"]
     m = latency_metrics(lut.predict(space, res[best].x, idx, res[best].link), measured)

@@ -45,15 +45,17 @@ def recorded_refit(root: str, device: str, lut_overrides: dict) -> tuple[Any, di
     from aows_core import artifacts
     from aows_core.config import load, space_from_config
     from aows_core.latency import fit, lut
+    from aows_core.latency.calm import fit_sets
     from aows_core.latency.metrics import latency_metrics
 
     cfg = load(f"{root}/config.yaml")
     space = space_from_config(cfg)
     table, meta = artifacts.read_latency(f"{root}/results/latency/{device}.parquet", space, device)
-    sets = lut.split_sets(space, lut.columns_of(table))
+    lut_cfg = {**cfg["lut"], **lut_overrides}
+    sets, _ = fit_sets(space, lut.columns_of(table), lut_cfg)
     idx_te, l_te, _ = sets["test"]
     t0 = time.perf_counter()
-    best, res, *_ = fit.fit_table(space, sets, {**cfg["lut"], **lut_overrides})
+    best, res, *_ = fit.fit_table(space, sets, lut_cfg)
     wall = time.perf_counter() - t0
     f = res[best]
     return f, latency_metrics(lut.predict(space, f.x, idx_te, f.link), l_te), float(meta["sigma_n"]), wall, (space, idx_te)

@@ -20,6 +20,7 @@ import numpy as np
 from aows_core import artifacts
 from aows_core.config import load, space_from_config
 from aows_core.latency import fit, lut
+from aows_core.latency.calm import fit_sets
 
 SETS = ("train", "lambda_val", "test")
 
@@ -29,7 +30,7 @@ def residuals(root: str, device: str) -> tuple[dict, float, object]:
     cfg = load(f"{root}/config.yaml")
     space = space_from_config(cfg)
     table, meta = artifacts.read_latency(f"{root}/results/latency/{device}.parquet", space, device)
-    sets = lut.split_sets(space, lut.columns_of(table))
+    sets, _ = fit_sets(space, lut.columns_of(table), cfg["lut"])
     best, res, *_ = fit.fit_table(space, sets, cfg["lut"])
     out = {}
     for name in SETS:

@@ -20,6 +20,7 @@ import numpy as np
 from aows_core import artifacts
 from aows_core.config import load, space_from_config
 from aows_core.latency import fit, lut
+from aows_core.latency.calm import fit_sets
 from aows_core.latency.metrics import latency_metrics
 from aows_core.latency.protocol import retest_noise
 from aows_core.latency.stretch import apply_stretch, estimate_stretch
@@ -39,8 +40,8 @@ def session(root: str, device: str) -> list[str]:
     out = []
     for name, stretch in (("β = 0", None), ("β est.", {**s, "applied": True})):
         fixed = apply_stretch([dict(r) for r in rows], stretch, baseline)
-        sets = lut.split_sets(space, {k: [r[k] for r in fixed] for k in ("role", "set", "channels", "latency_ms",
-                                                                          "config_id")})
+        sets, _ = fit_sets(space, {k: [r[k] for r in fixed] for k in ("role", "set", "channels", "latency_ms",
+                                                                     "config_id", "ratio_spread")}, cfg["lut"])
         best, res, *_ = fit.fit_table(space, sets, cfg["lut"])
         idx_te, l_te, _ = sets["test"]
         m = latency_metrics(lut.predict(space, res[best].x, idx_te, res[best].link), l_te)

@@ -132,6 +132,7 @@ SCHEMAS: Mapping[str, pa.Schema] = MappingProxyType({
             ("measured_ms", pa.float64()),
             ("predicted_ms", pa.float64()),
             ("flops_baseline_ms", pa.float64()),
+            ("disturbed", pa.bool_()),
         ]
     ),
     "greedy_trajectory": pa.schema(

@@ -257,16 +257,25 @@ def lut_vector(space: SearchSpace, table: Any) -> np.ndarray:
     return x
 
 
-def split_sets(space: SearchSpace, columns: Mapping[str, Sequence]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per set of supplementary A: node indices, drift-corrected latencies and config ids of the `sample` rows."""
+def set_rows(columns: Mapping[str, Sequence], name: str) -> np.ndarray:
+    """Row numbers of the `sample` rows of set `name` (supplementary A), in table order."""
     role = np.asarray(list(columns["role"]))
     sets = np.asarray(list(columns["set"]), dtype=object)
+    return np.flatnonzero((role == "sample") & (sets == name))
+
+
+def split_sets(space: SearchSpace, columns: Mapping[str, Sequence],
+               exclude: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per set of supplementary A: node indices, drift-corrected latencies and config ids of the `sample` rows,
+    without the rows `exclude` marks."""
     chans = list(columns["channels"])
     lat = np.asarray(columns["latency_ms"], dtype=np.float64)
     ids = np.asarray(columns["config_id"])
     out = {}
     for name in SETS:
-        sel = np.flatnonzero((role == "sample") & (sets == name))
+        sel = set_rows(columns, name)
+        if exclude is not None:
+            sel = sel[~np.asarray(exclude, dtype=bool)[sel]]
         idx = np.stack([space.indices(chans[i]) for i in sel]) if len(sel) else np.zeros((0, space.n_nodes), int)
         out[name] = (idx, lat[sel], ids[sel])
     return out

@@ -298,15 +298,30 @@ def correct_profile(rows: list[dict], pairing: str, estimate: bool) -> tuple[lis
 RETIME_FACTOR = 3.0
 
 
+def disturbed_limit(spreads: Sequence[float]) -> float:
+    """The chunk-ratio range above which a job was disturbed while timed: RETIME_FACTOR × the median range of the
+    jobs (D27); inf where none was timed paired (no range: NaN)."""
+    s = np.asarray(spreads, dtype=np.float64)
+    s = s[np.isfinite(s)]
+    return RETIME_FACTOR * float(np.median(s)) if s.size else math.inf
+
+
 def disturbed(rows: list[dict], budget: int) -> list[dict]:
-    """The jobs to time again: chunk-ratio range above RETIME_FACTOR × the session's median range, most disturbed
-    first, at most `budget`."""
+    """The jobs to time again: chunk-ratio range above `disturbed_limit` of these jobs, most disturbed first, at
+    most `budget`."""
     timed = [r for r in rows if r["role"] != "reference"]
-    if not timed:
-        return []
-    limit = RETIME_FACTOR * float(np.median([r["ratio_spread"] for r in timed]))
+    limit = disturbed_limit([r["ratio_spread"] for r in timed])
     bad = [r for r in timed if r["ratio_spread"] > limit]
     return sorted(bad, key=lambda r: -r["ratio_spread"])[:budget]
+
+
+def disturbed_mask(columns: Mapping[str, Sequence]) -> tuple[np.ndarray, float]:
+    """Per row of a latency table: was its kept timing disturbed (chunk-ratio range above the session's
+    `disturbed_limit`, re-timing included, D43)? With the limit; all False for interpolated or analytic timings."""
+    spread = np.asarray(columns["ratio_spread"], dtype=np.float64)
+    timed = np.asarray(columns["role"]) != "reference"
+    limit = disturbed_limit(spread[timed])
+    return timed & (spread > limit), limit
 
 
 def merge_retimed(rows: list[dict], retimed: list[dict]) -> list[dict]:

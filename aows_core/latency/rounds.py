@@ -8,8 +8,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..space import SearchSpace
+from .calm import fit_sets
 from .fit import fit_table
-from .lut import LUTFitError, split_sets
+from .lut import LUTFitError
 from .sampling import biased_configs, coverage_counts
 
 # The λ-validation NRMSE a table can reach on noisy timings: every validation timing carries noise σ_n.
@@ -20,8 +21,8 @@ def round_error(space: SearchSpace, rows: Sequence[Mapping[str, Any]],
                 lut_cfg: Mapping[str, Any]) -> tuple[float | None, int]:
     """(λ-validation NRMSE of the table fitted on the train rows as `fit-lut` fits it, number of train networks);
     None while some latency variable has not been timed yet (the next round's networks cover it)."""
-    cols = {k: [r[k] for r in rows] for k in ("role", "set", "channels", "latency_ms", "config_id")}
-    sets = split_sets(space, cols)
+    cols = {k: [r[k] for r in rows] for k in ("role", "set", "channels", "latency_ms", "config_id", "ratio_spread")}
+    sets, _ = fit_sets(space, cols, lut_cfg)
     try:
         best, _, report, _, _ = fit_table(space, sets, lut_cfg)
     except LUTFitError:

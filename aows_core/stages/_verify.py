@@ -18,7 +18,8 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
     `verify.max_rounds` > 0 and the device is not analytic; returns the rows and the decisions' `verification`
     metadata (per target: converged, its verified table `lut`, and the trace of verify_decision)."""
     from .. import artifacts
-    from ..latency.lut import columns_of, split_sets
+    from ..latency.calm import fit_sets
+    from ..latency.lut import columns_of
     from ..latency.protocol import MeasureError
     from ..search.link import Link
     from ..search.targets import resolve_target
@@ -38,7 +39,7 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
     from ..latency.verify import refit_with, verify_decision
     from .measure import check_session
 
-    sets = split_sets(space, columns_of(ltable))
+    sets, _ = fit_sets(space, columns_of(ltable), config["lut"])  # the rows `fit-lut` fitted on (D43)
     # the LUT's own smoothness weight (D38) and link (D39): a refit moves the table around the verified networks, not
     # its prior
     lut_cfg = {**config["lut"], "smoothness": [float(tmeta.get("smoothness", 0.0))]}

@@ -27,11 +27,12 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from .. import artifacts
     from ..config import space_from_config
     from ..latency import fit, lut
+    from ..latency.calm import exclusion_note, fit_sets
 
     latency = inputs["latency"]
     space = space_from_config(config)
     table, lmeta = artifacts.read_latency(latency, space, device)
-    sets = lut.split_sets(space, lut.columns_of(table))
+    sets, calm = fit_sets(space, lut.columns_of(table), config["lut"])
     l_tr, l_val = sets["train"][1], sets["lambda_val"][1]
     if len(l_tr) == 0 or len(l_val) == 0:
         raise artifacts.ArtifactError(f"{latency}: needs train and lambda_val rows; found {len(l_tr)} and {len(l_val)}")
@@ -65,6 +66,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         n_outliers=int((~keep).sum()),
         outlier_threshold=config["lut"]["outlier_threshold"],
         n_lambda_val=int(len(l_val)),
+        disturbed=calm,
+        disturbed_note=exclusion_note(calm),
         n_inequalities=int(lut.monotonicity_matrix(space).shape[0]),
         train_rmse_ms=rows[best]["train_rmse_ms"],
         val_rmse_ms=rows[best]["val_rmse_ms"],
@@ -78,7 +81,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
                             {k: meta[k] for k in ("space_hash", "device", "unit", "aows_version", "rounds", "rounds_stopped")})
     return {"lambda": chosen.lam, "link": meta["link"],
             **{k: rows[best][k] for k in ("train_rmse_ms", "val_rmse_ms", "val_nrmse")},
-            "rounds": meta["rounds"], "rounds_stopped": meta["rounds_stopped"]}
+            "rounds": meta["rounds"], "rounds_stopped": meta["rounds_stopped"], "disturbed_note": meta["disturbed_note"]}
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
@@ -86,6 +89,7 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
     if r["link"]:
         print(f"  networks above {r['link']['knot_ms']:.4g} (additive) cost {1 + r['link']['slope']:.3g}× their layers' "
               f"sum beyond it: the link g of docs/method.md D39 (lut.link_knots)")
+    print(f"  {r['disturbed_note']}")
     if r["rounds"]:
         print(f"  profiled in {len(r['rounds'])} rounds (" + ", ".join(
             f"{h['train_networks']} networks" + ("" if h["val_nrmse"] is None else f": {100 * h['val_nrmse']:.2f} %")

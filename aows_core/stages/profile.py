@@ -98,8 +98,9 @@ def profile_session(
     `targets`. Resumable at any job; writes the latency artifact."""
     from .. import artifacts
     from ..devices import get_device
-    from ..latency.protocol import (Job, correct_profile, disturbed, large_ratio_of, noise_gate, number_jobs, plan_hash,
-                                    profile_plan, reference_config, reference_instability, retest_noise)
+    from ..latency.protocol import (Job, correct_profile, disturbed, disturbed_mask, large_ratio_of, noise_gate,
+                                    number_jobs, plan_hash, profile_plan, reference_config, reference_instability,
+                                    retest_noise)
     from ..latency.rounds import next_round, round_error, stop_reason
 
     configs, cmeta = artifacts.read_configs(configs_path, space)
@@ -171,6 +172,7 @@ def profile_session(
         r["t_start_s"] = r["t_abs"] - t0
         r["round"] = round_of[r["job"]]
     n_retimed = sum(r["role"] == "retime" for r in journal.rows)
+    n_disturbed = int(disturbed_mask({k: [r[k] for r in rows] for k in ("role", "ratio_spread")})[0].sum())
     meta = artifacts.provenance(
         space.to_dict(),
         device_name,
@@ -194,6 +196,7 @@ def profile_session(
         overhead_s=overhead,
         session_wall_s=wall,
         retimed=n_retimed,
+        disturbed=n_disturbed,
         stretch=stretch,
         rounds=history,
         rounds_stopped=stopped,
@@ -207,6 +210,7 @@ def profile_session(
     if gate["too_noisy"]:
         warnings.warn(f"{device_name}: {gate['noise_message']}", stacklevel=2)
     return {"complete": True, "done": len(rows), "total": len(sess.jobs), **noise, **gate, "retimed": n_retimed,
+            "disturbed": n_disturbed,
             "rounds": history, "rounds_stopped": stopped, "reference_baseline": baseline, "stretch": stretch}
 
 
@@ -252,7 +256,8 @@ def stretch_note(s: Mapping[str, Any]) -> str:
 
 def report(res: dict[str, Any], args: argparse.Namespace) -> None:
     if res["complete"]:
-        print(f"wrote {args.out}: {res['done']} timings ({res['retimed']} timed again: disturbed); "
+        print(f"wrote {args.out}: {res['done']} timings ({res['retimed']} timed again: disturbed; "
+              f"{res['disturbed']} still disturbed, which fit-lut leaves out: docs/method.md D43); "
               f"σ_n = {100 * res['sigma_n']:.2f} % over {res['retest_pairs']} retest pairs")
         for h in res["rounds"]:
             err = "— (not every variable timed yet)" if h["val_nrmse"] is None else f"{100 * h['val_nrmse']:.2f} %"

@@ -32,7 +32,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from ..config import space_from_config
     from ..devices.flops import network_macs
     from ..latency import lut
-    from ..latency.metrics import table_adequacy, validation_rows
+    from ..latency.calm import held_out
+    from ..latency.metrics import latency_metrics, table_adequacy, validation_rows
     from ..latency.protocol import speed_dependent_noise
     from ..search.link import Link
 
@@ -45,8 +46,10 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
             f"{lut_path} was fitted on timings from another device fingerprint than {latency}:\n"
             f"  LUT: {tmeta.get('fingerprint')}\n  latency file: {lmeta.get('fingerprint')}\nValidate a table with timings of the same device."
         )
-    sets = lut.split_sets(space, lut.columns_of(table))
+    cols = lut.columns_of(table)
+    sets = lut.split_sets(space, cols)
     idx_te, l_te, ids_te = sets["test"]
+    disturbed, limit = held_out(cols)
     idx_tr, l_tr, _ = sets["train"]
     if len(l_te) == 0:
         raise artifacts.ArtifactError(f"{latency}: has no test rows to validate on")
@@ -60,6 +63,18 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     by_speed = lmeta.get("sigma_n_by_speed")  # absent in latency files written before D34
     noise["retest_nrmse"] = lmeta.get("retest_nrmse")  # absent before D39
     adequacy.update(sigma_n_by_speed=by_speed, speed_message=speed_dependent_noise(by_speed))
+    calm = ~disturbed
+    if disturbed.any() and calm.sum() >= 2:  # the table on the held-out networks timed undisturbed (D43)
+        m_calm = latency_metrics(pred[calm], l_te[calm])
+        rows.append({"model": "lut_calm", "n": int(calm.sum()), **m_calm})
+        c = table_adequacy(pred[calm], l_te[calm], float(lmeta["sigma_n"] or 0.0))
+        # the table's own error is judged where the host left the timings alone; the interval stays every network's
+        adequacy.update(calm_rel_rms=c["rel_rms"], model_error=c["model_error"], model_limited=c["model_limited"],
+                        model_message=(f"on the {int(calm.sum())} held-out networks timed calm, " + c["model_message"]
+                                       if c["model_limited"] else ""),
+                        disturbed_message=disturbed_note(int(disturbed.sum()), len(l_te), limit, m_calm, c["rel_rms"],
+                                                         float(lmeta["sigma_n"] or 0.0)))
+    adequacy.update(test_disturbed=int(disturbed.sum()), disturbed_limit=limit if np.isfinite(limit) else None)
     meta = artifacts.provenance(
         space,
         device,
@@ -78,10 +93,21 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         "measured_ms": l_te.tolist(),
         "predicted_ms": pred.tolist(),
         "flops_baseline_ms": base.tolist(),
+        "disturbed": disturbed.tolist(),
     }
     artifacts.write_records(predictions, outputs["predictions"], "lut_predictions", meta)
-    artifacts.save_figure(report.lut_validation(l_te, pred, base, meta), outputs["plot"])
+    artifacts.save_figure(report.lut_validation(l_te, pred, base, meta, disturbed), outputs["plot"])
     return {"lut": m_lut, "flops_proportional": m_flops, **noise, **adequacy}
+
+
+def disturbed_note(n_disturbed: int, n: int, limit: float, m_calm: Mapping[str, float], calm_rms: float,
+                   sigma_n: float) -> str:
+    """What the held-out networks timed while the host disturbed them do to the validation (D43)."""
+    return (f"{n_disturbed} of {n} held-out networks were timed while the host disturbed them (chunk ratios spread "
+            f"> {100 * limit:.1f} %, after re-timing): their error is the host's as much as the table's. On the "
+            f"{n - n_disturbed} timed calm: NRMSE {100 * m_calm['nrmse']:.2f} %, relative RMS {100 * calm_rms:.2f} % "
+            f"({calm_rms / max(sigma_n, 1e-12):.2f} σ_n), {100 * m_calm['within_10pct']:.1f} % within ±10 %, Kendall τ "
+            f"{m_calm['kendall_tau']:.3f}")
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
@@ -99,3 +125,5 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
         print(f"NOTE: {r['model_message']}")
     if r["speed_message"]:
         print(f"NOTE: {r['speed_message']}")
+    if r.get("disturbed_message"):
+        print(f"NOTE: {r['disturbed_message']}")

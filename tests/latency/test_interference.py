@@ -9,7 +9,7 @@ import pytest
 from aows_core import artifacts as io
 from aows_core.config import validate
 from aows_core.devices import get_device
-from aows_core.latency.protocol import finalist_rows, noise_gate, noise_threshold, target_gaps
+from aows_core.latency.protocol import disturbed_mask, finalist_rows, noise_gate, noise_threshold, target_gaps
 from aows_core.stages.profile import profile_session as profile
 from conftest import write_uniform_configs
 
@@ -71,6 +71,9 @@ def test_jobs_disturbed_while_timed_are_timed_again_and_resume_exactly(tiny_spac
     assert 0 < full["retimed"] <= math.ceil(0.2 * n_plan) and meta["retimed"] == full["retimed"]
     assert sum(r["retimed"] for r in rows) == full["retimed"] and meta["next_job"] == n_plan + full["retimed"]
     assert full["total"] == n_plan + full["retimed"]
+    # what re-timing left disturbed is counted for fit-lut to leave out (D43)
+    left = disturbed_mask({k: [r[k] for r in rows] for k in ("role", "ratio_spread")})[0]
+    assert meta["disturbed"] == full["disturbed"] == int(left.sum()) < full["retimed"]
     # interrupted inside the re-timing phase, then resumed: the same file
     part = _profile(tiny_space, tmp_path, "part", p, spec=fast, resume="b", stop_after=n_plan + 1)
     assert not part["complete"] and part["done"] == n_plan + 1

@@ -38,7 +38,9 @@ GREW = {"unaries": ["delta_se", "estimator"], "decisions": ["width_signal_z"],
         "measure": ["too_noisy"],
         "pareto": ["too_noisy"],
         # issue 13: the smoothness prior's weight per fit (D38) and the link tried (D39)
-        "lut_fit": ["mu", "link_knot_ms", "link_slope"]}
+        "lut_fit": ["mu", "link_knot_ms", "link_slope"],
+        # issue 13: the held-out networks timed while the host disturbed them (D43)
+        "lut_predictions": ["disturbed"]}
 
 
 def test_every_artifact_kind_written_before_reads_under_its_schema():
