@@ -1,7 +1,7 @@
 """Does the host's state slow small and large networks unequally? (§4, docs/method.md D37)
 
 Re-corrects each recorded profiling session's paired timings twice, with β = 0 (D27 alone) and with the stretch β
-estimated from its retest pairs (D37), fits each as `aows fit-lut` does and reports, side by side, β and its
+estimated from its retest pairs (D37, beside the reference's own noise γ where that resolves), fits each as `aows fit-lut` does and reports, side by side, β and its
 standard error, whether it resolves, σ_n, and the held-out test networks' NRMSE, share within ±10 % and Kendall τ.
 The test networks decide nothing: β comes from the retest pairs, λ from lambda_val. No timing is done, so it can
 run beside other work.
@@ -46,7 +46,8 @@ def session(root: str, device: str) -> list[str]:
         idx_te, l_te, _ = sets["test"]
         m = latency_metrics(lut.predict(space, res[best].x, idx_te, res[best].link), l_te)
         sigma = retest_noise(fixed)["sigma_n"]
-        out.append(f"| {root} | {name} | {s['beta']:+.3f} ± {s['beta_se']:.3f} | {'yes' if s['applied'] else 'no'} | "
+        out.append(f"| {root} | {name} | {s['beta']:+.3f} ± {s['beta_se']:.3f} | {s['gamma']:+.2f} ± {s['gamma_se']:.2f} | "
+                   f"{'yes' if s['applied'] else 'no'} | "
                    f"{np.ptp(np.log([r['drift_factor'] for r in rows])):.3f} | {100 * sigma:.2f} % | "
                    f"{100 * m['nrmse']:.2f} % | {100 * m['within_10pct']:.1f} % | {m['kendall_tau']:.3f} | "
                    f"{m['nrmse'] / sigma:.2f} |")
@@ -58,8 +59,8 @@ def main() -> None:
     ap.add_argument("--device", required=True)
     ap.add_argument("runs", nargs="+")
     args = ap.parse_args()
-    print("| run | correction | β ± SE | resolves | range of h | σ_n | test NRMSE | within ±10 % | Kendall τ | NRMSE ÷ σ_n |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| run | correction | β ± SE | γ ± SE | resolves | range of h | σ_n | test NRMSE | within ±10 % | Kendall τ | NRMSE ÷ σ_n |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in args.runs:
         for line in session(r, args.device):
             print(line)

@@ -1,9 +1,10 @@
 """Timings the host disturbed neither fit nor judge the latency table (§4, docs/method.md D43).
 
-A paired job whose chunk ratios spread more than `protocol.disturbed_limit` was timed while the host's state changed
-under it, and the re-timing of D27 kept its less disturbed timing; some stay disturbed on a host that is busy for
-minutes. `fit_sets` leaves them out of the train and lambda_val sets (`lut.exclude_disturbed`) while every latency
-variable stays timed; `held_out` tells the test networks timed calm from those timed disturbed.
+A paired job whose chunk ratios spread more than `protocol.local_limits` (3× those of the networks of its latency) was
+timed while the host's state changed under it, and the re-timing of D27 kept its less disturbed timing; some stay
+disturbed on a host that is busy for minutes. `fit_sets` can leave them out of the train and lambda_val sets
+(`lut.exclude_disturbed`, off by default) while every latency variable stays timed; `held_out` tells the test
+networks timed calm from those timed disturbed.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ def fit_sets(space: SearchSpace, columns: Mapping[str, Sequence],
     variable stays timed (else with them, and why), and what was left out: (sets, info)."""
     disturbed, limit = disturbed_mask(columns)
     counts = {name: int(disturbed[set_rows(columns, name)].sum()) for name in ("train", "lambda_val")}
-    info: dict[str, Any] = {"disturbed_limit": limit if np.isfinite(limit) else None, "disturbed": counts, "excluded": {"train": 0, "lambda_val": 0},
-                            "kept_because": None}
+    info: dict[str, Any] = {"disturbed_limit": limit if np.isfinite(limit) else None, "disturbed": counts,
+                            "excluded": {"train": 0, "lambda_val": 0}, "kept_because": None}
     if not lut_cfg["exclude_disturbed"] or not any(counts.values()):
         return split_sets(space, columns), info
     fitted = np.zeros_like(disturbed)
@@ -52,7 +53,7 @@ def exclusion_note(info: Mapping[str, Any]) -> str:
     if not any(n.values()):
         return "no training or lambda_val timing was disturbed"
     what = f"{n['train']} training and {n['lambda_val']} lambda_val timings were disturbed (chunk ratios spread " \
-           f"> {100 * info['disturbed_limit']:.1f} %)"
+           f"> 3× those of the networks of their latency, median limit {100 * info['disturbed_limit']:.1f} %)"
     if any(info["excluded"].values()):
         return f"{what}: left out of the fit (docs/method.md D43)"
     return f"{what}: kept, " + (info["kept_because"] or "lut.exclude_disturbed is false")

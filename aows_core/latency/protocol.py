@@ -315,13 +315,36 @@ def disturbed(rows: list[dict], budget: int) -> list[dict]:
     return sorted(bad, key=lambda r: -r["ratio_spread"])[:budget]
 
 
+# A job's spread is judged against the jobs nearest it in latency, this share of the session's (at least LOCAL_MIN):
+# on a shared cache the largest networks' chunk ratios spread several times more than the rest in every host state.
+LOCAL_SHARE, LOCAL_MIN = 0.1, 15
+
+
+def local_limits(spreads: Sequence[float], latencies: Sequence[float]) -> np.ndarray:
+    """Per job, RETIME_FACTOR × the median chunk-ratio range of the jobs nearest it in latency (a window of
+    LOCAL_SHARE of the jobs, at least LOCAL_MIN); inf where a job has no range (NaN: not timed paired)."""
+    s = np.asarray(spreads, dtype=np.float64)
+    lat = np.asarray(latencies, dtype=np.float64)
+    out = np.full(s.shape, math.inf)
+    timed = np.flatnonzero(np.isfinite(s))
+    if timed.size == 0:
+        return out
+    order = timed[np.argsort(lat[timed], kind="stable")]
+    w = min(order.size, max(LOCAL_MIN, int(LOCAL_SHARE * order.size)))
+    starts = np.clip(np.arange(order.size) - w // 2, 0, order.size - w)
+    windows = np.lib.stride_tricks.sliding_window_view(s[order], w)
+    out[order] = RETIME_FACTOR * np.median(windows, axis=1)[starts]
+    return out
+
+
 def disturbed_mask(columns: Mapping[str, Sequence]) -> tuple[np.ndarray, float]:
-    """Per row of a latency table: was its kept timing disturbed (chunk-ratio range above the session's
-    `disturbed_limit`, re-timing included, D43)? With the limit; all False for interpolated or analytic timings."""
+    """Per row of a latency table: was its kept timing disturbed — chunk-ratio range above `local_limits` (3× that of
+    the networks of its latency), re-timing included (D43)? With the median of the limits; all False for interpolated
+    or analytic timings."""
     spread = np.asarray(columns["ratio_spread"], dtype=np.float64)
-    timed = np.asarray(columns["role"]) != "reference"
-    limit = disturbed_limit(spread[timed])
-    return timed & (spread > limit), limit
+    timed = (np.asarray(columns["role"]) != "reference") & np.isfinite(spread)
+    limits = local_limits(np.where(timed, spread, np.nan), columns["latency_ms"])
+    return timed & (spread > limits), float(np.median(limits[timed])) if timed.any() else math.inf
 
 
 def merge_retimed(rows: list[dict], retimed: list[dict]) -> list[dict]:

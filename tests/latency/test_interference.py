@@ -72,7 +72,7 @@ def test_jobs_disturbed_while_timed_are_timed_again_and_resume_exactly(tiny_spac
     assert sum(r["retimed"] for r in rows) == full["retimed"] and meta["next_job"] == n_plan + full["retimed"]
     assert full["total"] == n_plan + full["retimed"]
     # what re-timing left disturbed is counted for fit-lut to leave out (D43)
-    left = disturbed_mask({k: [r[k] for r in rows] for k in ("role", "ratio_spread")})[0]
+    left = disturbed_mask({k: [r[k] for r in rows] for k in ("role", "ratio_spread", "latency_ms")})[0]
     assert meta["disturbed"] == full["disturbed"] == int(left.sum()) < full["retimed"]
     # interrupted inside the re-timing phase, then resumed: the same file
     part = _profile(tiny_space, tmp_path, "part", p, spec=fast, resume="b", stop_after=n_plan + 1)

@@ -15,19 +15,20 @@ from conftest import write_uniform_configs
 BASE = 2.0
 
 
-def _session(beta, n=60, noise=0.005, seed=0):
-    """Paired rows as `correct_paired` leaves them: ratio₀ raised to 1 + β·h in host state h, with timing noise; the
-    true ratios are returned beside them."""
+def _session(beta, n=60, noise=0.005, seed=0, states=0.4, sizes=(-0.7, 0.7), ref_noise=0.0):
+    """Paired rows as `correct_paired` leaves them: ratio₀ raised to 1 + β·h in host state h (uniform within
+    ±`states`), with timing noise, and the reference's own noise e (it enters h and divides every ratio); the true
+    ratios are returned beside them."""
     rng = np.random.default_rng(seed)
-    r0 = np.exp(rng.uniform(-0.7, 0.7, n))
+    r0 = np.exp(rng.uniform(*sizes, n))
     rows, truth = [], {}
     for i in range(n):
         truth[i] = r0[i]
         for role in ("sample", "retest"):
-            h = rng.uniform(-0.4, 0.4)
-            ratio = r0[i] ** (1 + beta * h) * np.exp(noise * rng.standard_normal())
-            rows.append({"config_id": i, "role": role, "drift_factor": float(np.exp(h)),
-                         "latency_ms": BASE * ratio, "latency_ms_raw": BASE * ratio * np.exp(h)})
+            h, e = rng.uniform(-states, states), ref_noise * rng.standard_normal()
+            ratio = r0[i] ** (1 + beta * h) * np.exp(noise * rng.standard_normal() - e)
+            rows.append({"config_id": i, "role": role, "drift_factor": float(np.exp(h + e)),
+                         "latency_ms": BASE * ratio, "latency_ms_raw": BASE * ratio * np.exp(h + e)})
     return rows, truth
 
 
@@ -54,6 +55,26 @@ def test_no_stretch_is_not_applied_and_changes_nothing():
     assert not estimate_stretch(wild, BASE)["applied"]
     few = estimate_stretch(_session(-0.5, n=MIN_PAIRS - 1)[0], BASE)  # too few pairs to resolve anything
     assert not few["applied"] and few["pairs"] == MIN_PAIRS - 1
+
+
+def test_the_references_own_noise_is_not_read_as_a_stretch():
+    """Regression (2026-11-26, an ONNX Runtime session): the host barely moved (h within ±1 %), the reference's own
+    timing noise did, and every ratio fell where it ran slow; β alone read that as β ≈ −1 ÷ mean log ratio = −2.2
+    (it resolved) and the stretch raised the held-out error from 3.8 to 5.7 %. Beside γ it does not resolve."""
+    rows, truth = _session(0.0, noise=0.002, states=0.005, sizes=(0.2, 0.9), ref_noise=0.02, seed=5)
+    s = estimate_stretch(rows, BASE)
+    assert abs(s["gamma"] + 1) < 3 * s["gamma_se"] and abs(s["gamma"]) > 5 * s["gamma_se"]
+    assert not s["applied"] and abs(s["beta"]) < 2.5 * s["beta_se"]
+    h = np.log([r["drift_factor"] for r in rows]).reshape(-1, 2)  # (sample, retest) of each network
+    m = np.log([r["latency_ms"] / BASE for r in rows]).reshape(-1, 2)
+    x, y = (h[:, 1] - h[:, 0]) * m.mean(1), m[:, 1] - m[:, 0]
+    alone = x @ y / (x @ x)  # what β alone reads: about −1 ÷ mean log ratio, far beyond its standard error
+    assert abs(alone + 1 / m.mean()) < 0.3 and abs(alone) > 2.5 * np.sqrt((y - alone * x) @ (y - alone * x) / 59 / (x @ x))
+    # a real stretch beside the reference's noise is still recovered and removed
+    rows, truth = _session(-0.5, ref_noise=0.02, seed=6)
+    s = estimate_stretch(rows, BASE)
+    assert s["applied"] and abs(s["beta"] + 0.5) < 3 * s["beta_se"] and -0.05 < s["gamma"] < 0.02
+    assert _error(apply_stretch([dict(r) for r in rows], s, BASE), truth) < 0.6 * _error(rows, truth)
 
 
 def test_a_stretch_that_would_invert_the_scale_is_refused():
