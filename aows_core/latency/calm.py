@@ -1,4 +1,4 @@
-"""Timings the host disturbed neither fit nor judge the latency table (§4, docs/method.md D43).
+"""Timings disturbed for their latency: reported apart, and left out of the fit only by choice (§4, docs/method.md D43).
 
 A paired job whose chunk ratios spread more than `protocol.local_limits` (3× those of the networks of its latency) was
 timed while the host's state changed under it, and the re-timing of D27 kept its less disturbed timing; some stay

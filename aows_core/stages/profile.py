@@ -172,7 +172,8 @@ def profile_session(
         r["t_start_s"] = r["t_abs"] - t0
         r["round"] = round_of[r["job"]]
     n_retimed = sum(r["role"] == "retime" for r in journal.rows)
-    n_disturbed = int(disturbed_mask({k: [r[k] for r in rows] for k in ("role", "ratio_spread", "latency_ms")})[0].sum())
+    columns = {k: [r[k] for r in rows] for k in ("role", "ratio_spread", "latency_ms")}
+    n_disturbed = int(disturbed_mask(columns)[0].sum())
     meta = artifacts.provenance(
         space.to_dict(),
         device_name,
