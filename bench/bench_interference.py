@@ -12,11 +12,13 @@ and is stopped when the session ends (or the benchmark is interrupted). `loaded`
 in the core's cache (compute); `memory`: copies of a 64 MB array (a neighbour contending for the shared cache and
 memory bandwidth, which slows large networks more than the reference).
 
-Pairings: `interpolated` (D3), `paired` (the config's protocol, D27), `paired-large` (D27 with the large reference
-of D41: `large_reference_share` 0.25), `paired-warm` (5 warm-up passes per chunk), `paired-min` (the `min` statistic
-of network and reference instead of the median).
+Pairings: `old` (the protocol before paired timing: interpolated references, the median of the passes, 160 ms per
+job), `interpolated` (D3, the config's statistic and timing), `paired` (the config's protocol, D27), `paired-large`
+(D27 with the large reference of D41: `large_reference_share` 0.25), `paired-warm` (5 warm-up passes per chunk),
+`paired-min` (the `min` statistic of network and reference; the default since D42).
 
     python bench/bench_interference.py                      # default space, torch-cpu, 4 sessions
+    python bench/bench_interference.py --pairings old paired --loads quiet loaded   # before and after issue 13
     python bench/bench_interference.py --device onnxruntime --pairings paired paired-large --loads quiet loaded memory
     python bench/bench_interference.py --quick              # a small check that everything runs
 """
@@ -41,6 +43,8 @@ from latency_session import bench_config, latency_session
 # large_reference_share of the `paired-large` sessions (D41); warm-up passes per chunk of the `paired-warm` ones.
 LARGE_SHARE = 0.25
 WARM = 5
+# The protocol before paired timing (docs/method.md D3 as first built): interpolated references, median, 160 ms.
+OLD = {"pairing": "interpolated", "statistic": "median", "min_time_ms": 160.0}
 
 
 def _load(core: int, seed: int, stop, kind: str = "loaded") -> None:
@@ -90,7 +94,9 @@ def session(cfg: dict, device: str, pairing: str, load: str, d: Path, core: int,
         cfg["profiling"]["warmup"] = WARM
     if pairing == "paired-min":
         cfg["profiling"]["statistic"] = "min"
-    if pairing != "interpolated" and paired_min_time_ms is not None:
+    if pairing == "old":
+        cfg["profiling"].update(OLD)
+    if pairing not in ("interpolated", "old") and paired_min_time_ms is not None:
         cfg["profiling"]["min_time_ms"] = paired_min_time_ms
     name = f"{pairing}_{load}"
     res, v, wall = latency_session(cfg, device, name, d, None if load == "quiet" else background_load(core, kind=load))
@@ -112,7 +118,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", help="a device of the default config (cpu = torch-cpu, onnxruntime)")
     ap.add_argument("--pairings", nargs="+", default=["interpolated", "paired"],
-                    choices=["interpolated", "paired", "paired-large", "paired-warm", "paired-min"])
+                    choices=["old", "interpolated", "paired", "paired-large", "paired-warm", "paired-min"])
     ap.add_argument("--loads", nargs="+", default=["quiet", "loaded"], choices=["quiet", "loaded", "memory"])
     ap.add_argument("--core", type=int, default=0, help="the core the background load is pinned to")
     ap.add_argument("--quick", action="store_true", help="a small space and few networks: checks that it runs")
@@ -155,7 +161,7 @@ def main() -> None:
               f"{_stretch(r['stretch'])} | {r['wall_s']:.0f} s |")
     by = {(r["load"], r["pairing"]): r for r in rows}
     for load in args.loads:
-        for new, base in (("paired", "interpolated"), ("paired-large", "paired"), ("paired-warm", "paired"),
+        for new, base in (("paired", "old"), ("paired", "interpolated"), ("paired-large", "paired"), ("paired-warm", "paired"),
                           ("paired-min", "paired")):
             a, b = by.get((load, new)), by.get((load, base))
             if a and b:
