@@ -57,6 +57,35 @@ def table_adequacy(pred: np.ndarray, meas: np.ndarray, sigma_n: float, coverage:
             "model_limited": limited, "model_message": message}
 
 
+# A quarter of the held-out squared error in networks slower than every retested one: their noise is unmeasured.
+REACH_SHARE = 0.25
+
+
+def retest_reach(pred: np.ndarray, meas: np.ndarray, retested_ms: np.ndarray, unit: str = "ms") -> dict[str, object]:
+    """How much of the held-out error (squared, as NRMSE weighs it) sits in networks slower than every retested one,
+    whose timing noise σ_n does not measure (docs/method.md D39): retest_reach_ms, beyond_retest (networks),
+    error_beyond_retest (share), and the message when that share is ≥ REACH_SHARE."""
+    pred = np.asarray(pred, dtype=np.float64).ravel()
+    meas = np.asarray(meas, dtype=np.float64).ravel()
+    retested_ms = np.asarray(retested_ms, dtype=np.float64).ravel()
+    out: dict[str, object] = {"retest_reach_ms": None, "beyond_retest": 0, "error_beyond_retest": 0.0,
+                              "reach_message": ""}
+    if retested_ms.size == 0 or meas.size == 0:
+        return out
+    reach = float(retested_ms.max())
+    beyond = meas > reach
+    sq = (pred - meas) ** 2
+    share = float(sq[beyond].sum() / sq.sum()) if sq.sum() > 0 else 0.0
+    out.update(retest_reach_ms=reach, beyond_retest=int(beyond.sum()), error_beyond_retest=share)
+    if share >= REACH_SHARE:
+        out["reach_message"] = (
+            f"{int(beyond.sum())} of {meas.size} held-out networks ran slower than every retested one (> {reach:.3g} {unit}) "
+            f"and carry {100 * share:.0f} % of the held-out squared error: their own timing noise is not in σ_n, so "
+            f"part of the table's error there may be timing rather than the device (docs/method.md D39); more retest "
+            f"pairs (profiling.retest) would measure it")
+    return out
+
+
 def flops_baseline(flops_train: np.ndarray, l_train: np.ndarray) -> float:
     """The FLOPs-proportional model l ≈ a·flops (least squares through the origin, cf. §4's FLOPs formula); returns a."""
     f = np.asarray(flops_train, dtype=np.float64).ravel()

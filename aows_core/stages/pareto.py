@@ -96,7 +96,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         lut_quality["noise_message"] = vmeta.get("noise_message")
         lut_quality.update({f"lut_{k}": vmeta.get(k) for k in ("ratio_low", "ratio_high", "model_error",
                                                                "model_limited", "model_message", "speed_message",
-                                                               "test_disturbed", "disturbed_message")})
+                                                               "reach_message", "test_disturbed",
+                                                               "disturbed_message")})
     meta = artifacts.provenance(space, device, **lut_quality,
                                 unit=rows[0]["unit"], fingerprint=mmeta.get("fingerprint"),
                                 measure_agreement=mmeta.get("agreement"),

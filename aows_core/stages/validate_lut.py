@@ -33,7 +33,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from ..devices.flops import network_macs
     from ..latency import lut
     from ..latency.calm import held_out
-    from ..latency.metrics import latency_metrics, table_adequacy, validation_rows
+    from ..latency.metrics import latency_metrics, retest_reach, table_adequacy, validation_rows
     from ..latency.protocol import speed_dependent_noise
     from ..search.link import Link
 
@@ -63,6 +63,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     by_speed = lmeta.get("sigma_n_by_speed")  # absent in latency files written before D34
     noise["retest_nrmse"] = lmeta.get("retest_nrmse")  # absent before D39
     adequacy.update(sigma_n_by_speed=by_speed, speed_message=speed_dependent_noise(by_speed))
+    retested = np.asarray(cols["role"]) == "retest"
+    adequacy.update(retest_reach(pred, l_te, np.asarray(cols["latency_ms"], dtype=np.float64)[retested], lmeta["unit"]))
     calm = ~disturbed
     if disturbed.any() and calm.sum() >= 2:  # the table on the held-out networks timed undisturbed (D43)
         m_calm = latency_metrics(pred[calm], l_te[calm])
@@ -126,5 +128,7 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
         print(f"NOTE: {r['model_message']}")
     if r["speed_message"]:
         print(f"NOTE: {r['speed_message']}")
+    if r["reach_message"]:
+        print(f"NOTE: {r['reach_message']}")
     if r.get("disturbed_message"):
         print(f"NOTE: {r['disturbed_message']}")

@@ -405,6 +405,28 @@ def test_table_adequacy_separates_model_error_from_timing_noise():
     assert 0.94 <= inside <= 0.96 and b["ratio_low"] < 0.96 < 1.04 < b["ratio_high"]
 
 
+def test_retest_reach_says_when_the_error_sits_beyond_every_retested_network():
+    """D39: held-out networks slower than every retested one have no measured noise; when they carry a quarter of
+    the held-out squared error, the validation says so (count, reach, share). Regression: the ONNX Runtime tables
+    of 2026-11-26, where 5–11 such networks carried 26–78 % of it and the note called all of it non-additivity."""
+    rng = np.random.default_rng(1)
+    meas = np.sort(rng.uniform(0.1, 0.5, 200))
+    pred = meas * (1 + 0.01 * rng.standard_normal(200))
+    slow = np.arange(200) >= 180
+    noisy = np.where(slow, meas * (1 + 0.08 * rng.standard_normal(200)), pred)  # the 20 slowest spread 8 %
+    retested = np.r_[meas[:179:4], meas[179]]  # retest pairs reach the 180th network
+    r = metrics.retest_reach(noisy, meas, retested_ms=retested)
+    sq = (noisy - meas) ** 2
+    assert r["retest_reach_ms"] == meas[179] and r["beyond_retest"] == 20
+    assert r["error_beyond_retest"] == pytest.approx(sq[slow].sum() / sq.sum()) and r["error_beyond_retest"] > 0.5
+    assert "20 of 200 held-out networks ran slower than every retested one" in r["reach_message"]
+    covered = metrics.retest_reach(noisy, meas, retested_ms=np.r_[meas[::4], meas[-1]])  # retests up to the slowest: no note
+    assert covered["beyond_retest"] == 0 and covered["reach_message"] == ""
+    even = metrics.retest_reach(pred, meas, retested_ms=retested)  # the error spread evenly: no note
+    assert even["error_beyond_retest"] < metrics.REACH_SHARE and even["reach_message"] == ""
+    assert metrics.retest_reach(pred, meas, retested_ms=[])["retest_reach_ms"] is None
+
+
 def test_latency_metrics_on_a_hand_computed_example():
     meas = np.array([100.0, 200.0, 400.0])
     pred = np.array([104.0, 200.0, 370.0])  # relative errors 0.04, 0, 0.075
