@@ -258,7 +258,8 @@ def stretch_note(s: Mapping[str, Any]) -> str:
 def report(res: dict[str, Any], args: argparse.Namespace) -> None:
     if res["complete"]:
         print(f"wrote {args.out}: {res['done']} timings ({res['retimed']} timed again: disturbed; "
-              f"{res['disturbed']} still disturbed, which fit-lut leaves out: docs/method.md D43); "
+              f"{res['disturbed']} still disturbed for their latency, fitted unless lut.exclude_disturbed: "
+              "docs/method.md D43); "
               f"σ_n = {100 * res['sigma_n']:.2f} % over {res['retest_pairs']} retest pairs")
         for h in res["rounds"]:
             err = "— (not every variable timed yet)" if h["val_nrmse"] is None else f"{100 * h['val_nrmse']:.2f} %"

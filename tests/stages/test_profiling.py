@@ -96,6 +96,21 @@ def test_drift_is_corrected_and_noise_floor_reported(tiny_space, tmp_path):
     assert meta["fingerprint"]["backend"] == "synthetic" and meta["statistic"] == "min"
 
 
+def test_report_does_not_say_the_fit_leaves_disturbed_timings_out(capsys):
+    """Regression: `aows profile` said the disturbed timings were left out of the fit after D43's exclusion became
+    optional (`lut.exclude_disturbed`, off by default); profiling knows nothing of the fit's settings."""
+    import argparse
+
+    from aows_core.stages.profile import report
+
+    res = {"complete": True, "done": 10, "retimed": 2, "disturbed": 1, "sigma_n": 0.01, "retest_pairs": 5,
+           "rounds": [], "rounds_stopped": None, "stretch": None, "too_noisy": False}
+    report(res, argparse.Namespace(out="x.parquet"))
+    out = capsys.readouterr().out
+    assert "1 still disturbed for their latency, fitted unless lut.exclude_disturbed" in out
+    assert "leaves out" not in out
+
+
 def test_journal_from_another_device_is_set_aside_and_profiling_starts_afresh(tiny_space, tmp_path, capfd):
     write_uniform_configs(tiny_space, tmp_path / "c.parquet")
     _run(tiny_space, tmp_path, resume="fresh")
