@@ -161,8 +161,8 @@ def main() -> None:
               f"{_stretch(r['stretch'])} | {r['wall_s']:.0f} s |")
     by = {(r["load"], r["pairing"]): r for r in rows}
     for load in args.loads:
-        for new, base in (("paired", "old"), ("paired", "interpolated"), ("paired-large", "paired"), ("paired-warm", "paired"),
-                          ("paired-min", "paired")):
+        for new, base in (("paired", "old"), ("paired", "interpolated"), ("paired-large", "paired"),
+                          ("paired-warm", "paired"), ("paired-min", "paired")):
             a, b = by.get((load, new)), by.get((load, base))
             if a and b:
                 print(f"{load}: {new} / {base} — σ_n ×{a['sigma_n'] / b['sigma_n']:.2f}, "

@@ -39,20 +39,29 @@ def latency_session(cfg: dict, device: str, name: str, d: Path,
     return res, v, wall
 
 
-def recorded_refit(root: str, device: str, lut_overrides: dict) -> tuple[Any, dict[str, float], float, float, Any]:
-    """Fit a recorded run's timings (root/config.yaml, root/results/latency/<device>.parquet) as `aows fit-lut` does
-    with `lut_overrides`; returns (chosen fit, held-out test metrics, σ_n, fit seconds, (space, test indices))."""
+def recorded_sets(root: str, device: str, lut_overrides: dict) -> tuple[Any, dict, dict, dict[str, Any]]:
+    """A recorded run's timings (root/config.yaml, root/results/latency/<device>.parquet) split as `aows fit-lut`
+    splits them under the run's `lut` settings with `lut_overrides`: (space, sets, latency metadata, lut settings)."""
     from aows_core import artifacts
     from aows_core.config import load, space_from_config
-    from aows_core.latency import fit, lut
+    from aows_core.latency import lut
     from aows_core.latency.calm import fit_sets
-    from aows_core.latency.metrics import latency_metrics
 
     cfg = load(f"{root}/config.yaml")
     space = space_from_config(cfg)
     table, meta = artifacts.read_latency(f"{root}/results/latency/{device}.parquet", space, device)
     lut_cfg = {**cfg["lut"], **lut_overrides}
     sets, _ = fit_sets(space, lut.columns_of(table), lut_cfg)
+    return space, sets, meta, lut_cfg
+
+
+def recorded_refit(root: str, device: str, lut_overrides: dict) -> tuple[Any, dict[str, float], float, float, Any]:
+    """Fit a recorded run's timings as `aows fit-lut` does with `lut_overrides` (`recorded_sets`); returns (chosen
+    fit, held-out test metrics, σ_n, fit seconds, (space, test indices))."""
+    from aows_core.latency import fit, lut
+    from aows_core.latency.metrics import latency_metrics
+
+    space, sets, meta, lut_cfg = recorded_sets(root, device, lut_overrides)
     idx_te, l_te, _ = sets["test"]
     t0 = time.perf_counter()
     best, res, *_ = fit.fit_table(space, sets, lut_cfg)

@@ -20,26 +20,21 @@ No timing is done.
 from __future__ import annotations
 
 import argparse
+import math
 
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from aows_core import artifacts
-from aows_core.config import load, space_from_config
 from aows_core.latency import fit, lut
-from aows_core.latency.calm import fit_sets
 from aows_core.latency.metrics import latency_metrics
+from aows_core.nets.onnx import param_shapes
+from latency_session import recorded_sets
 
 
 def weight_mib(space, idx: np.ndarray) -> np.ndarray:
-    """Weight bytes (fp32, MiB) of the networks with node choice indices idx."""
-    w = np.zeros(len(idx))
-    for e, t in enumerate(space.thetas):
-        ci = np.asarray(space.choices[e])[idx[:, e]]
-        co = np.asarray(space.choices[e + 1])[idx[:, e + 1]]
-        k2 = t.kernel ** 2
-        w += {"conv": ci * co * k2, "dwsep": ci * k2 + ci * co, "linear": ci * co}[t.kind]
-    return w * 4 / 2**20
+    """Weight bytes (fp32, MiB, the deployment form's parameters) of the networks with node choice indices idx."""
+    return np.array([sum(math.prod(shape) for _, shape in param_shapes(space, space.channels_of(k))) for k in idx]) \
+        * 4 / 2**20
 
 
 def chosen_fit(space, sets, lut_cfg, criterion=None):
@@ -77,11 +72,7 @@ def hinge_basis(s: np.ndarray, knots: np.ndarray) -> np.ndarray:
 
 def session(root: str, device: str, draws: int, seed: int) -> str:
     """One table row: held-out NRMSE of the fit as `aows fit-lut` makes it and under each remedy."""
-    cfg = load(f"{root}/config.yaml")
-    space = space_from_config(cfg)
-    table, meta = artifacts.read_latency(f"{root}/results/latency/{device}.parquet", space, device)
-    lut_cfg = cfg["lut"]
-    sets, _ = fit_sets(space, lut.columns_of(table), lut_cfg)
+    space, sets, meta, lut_cfg = recorded_sets(root, device, {})
     (idx_tr, l_tr, id_tr), (idx_te, l_te, _) = sets["train"], sets["test"]
     score = lambda f: latency_metrics(lut.predict(space, f.x, idx_te, f.link), l_te)["nrmse"]  # noqa: E731
     base = chosen_fit(space, sets, lut_cfg)
