@@ -1,0 +1,245 @@
+"""Every latency-side mechanism switched off alone (or on alone), on fresh profiling sessions of the default space
+(docs/method.md, "What the latency side keeps").
+
+`sessions`: profiles the default config's configurations on each device, `--sessions` times, alternating devices,
+under the config's protocol with every mechanism on, and keeps each session's journal (every timing, re-timings
+included). Each variant is then computed from the same timings, so variants differ by the mechanism alone, not by the
+host's mood:
+
+    default       the config as it is
+    no-retime     the first timing of every job (re-timing of disturbed jobs off, D27)
+    no-rounds     the first round's networks only (profiling rounds off, D28)
+    no-stretch    paired timings as they are (the host stretch off, D37)
+    no-outliers   lut.outlier_threshold 0 (outlier rejection off, D8)
+    absolute      lut.weighting absolute (relative weights off, D32)
+    no-smooth     lut.smoothness [0] (the smoothness prior off, D38)
+    no-link       lut.link_knots [] (the link off, D39)
+    exclude-dist  lut.exclude_disturbed true (D43 switched on)
+    lean          the variants named by --lean together
+
+Per variant: σ_n, held-out NRMSE, share within ±10 %, Kendall τ and profiling time (the timed jobs' seconds), per
+session and as median over sessions with the session-to-session spread (half the range).
+
+`finalists RUN`: the decisions of a default run (RUN/results/decisions/<device>/…), each timed as `measure` times it
+(paired rounds, corrected to the LUT's reference baseline) with the network it decided before verification (D36, the
+first row of its trace) in one session: finalists within 5 % of their prediction, verified and unverified.
+
+    python bench/ablation.py sessions --sessions 4 --out /tmp/ablation        # ~20 min on 2 cores, alone
+    python bench/ablation.py analyze /tmp/ablation --lean no-retime no-rounds  # the table again, no timing
+    python bench/ablation.py finalists /tmp/run --device cpu                   # after a default run in /tmp/run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from aows_core import artifacts
+from aows_core.artifacts import journal
+from aows_core.config import load, space_from_config
+from aows_core.latency.calm import fit_sets
+from aows_core.latency.fit import fit_table
+from aows_core.latency.lut import predict
+from aows_core.latency.metrics import latency_metrics
+from aows_core.latency.protocol import correct_profile, merge_retimed, retest_noise
+from aows_core.stages import sample
+from aows_core.stages.profile import run as profile
+
+ROOT = Path(__file__).resolve().parents[1]
+FIT_VARIANTS = {"no-outliers": {"outlier_threshold": 0.0}, "absolute": {"weighting": "absolute"},
+                "no-smooth": {"smoothness": [0.0]}, "no-link": {"link_knots": []},
+                "exclude-dist": {"exclude_disturbed": True}}
+TIMING_VARIANTS = {"no-retime": {"retime": False}, "no-rounds": {"rounds": False}, "no-stretch": {"stretch": False}}
+VARIANTS = ["default", *TIMING_VARIANTS, *FIT_VARIANTS]
+COLUMNS = ("role", "set", "channels", "latency_ms", "config_id", "ratio_spread")
+
+
+def run_sessions(cfg: dict, devices: list[str], n: int, out: Path) -> None:
+    """`n` sessions per device, alternating devices; each session's latency file and journal kept in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / "configs.parquet").exists():
+        sample.run(cfg, {}, {"out": out / "configs.parquet"})
+    keep = journal.Journal.remove
+    journal.Journal.remove = lambda self: None  # the variants are computed from every timing, re-timings included
+    try:
+        for k in range(n):
+            for device in devices:
+                name = f"{device}_{k}"
+                if (out / f"{name}.parquet").exists():
+                    continue
+                t0 = time.perf_counter()
+                res = profile(cfg, {"configs": out / "configs.parquet"}, {"out": out / f"{name}.parquet"},
+                              device=device, resume_dir=out / f"resume_{name}", progress=False)
+                print(f"{name}: σ_n {100 * res['sigma_n']:.2f} %, {res['total']} jobs, "
+                      f"{len(res['rounds']) or 1} round(s), {time.perf_counter() - t0:.0f} s", flush=True)
+    finally:
+        journal.Journal.remove = keep
+
+
+def timings(out: Path, name: str) -> tuple[list[dict], dict[int, int]]:
+    """The journal's timings of session `name` and the round of each job (from its latency file)."""
+    lines = (out / f"resume_{name}" / f"profile_{name.rsplit('_', 1)[0]}.jsonl").read_text().splitlines()
+    raw = [json.loads(s) for s in lines[1:]]
+    table, _ = artifacts.read_table(out / f"{name}.parquet", "latency")
+    round_of = dict(zip(table.column("job").to_pylist(), table.column("round").to_pylist()))
+    return raw, round_of
+
+
+def corrected(raw: list[dict], round_of: dict[int, int], retime: bool = True, rounds: bool = True,
+              stretch: bool = True) -> tuple[list[dict], float]:
+    """The session's corrected rows as `aows profile` writes them, with re-timing, later rounds or the stretch
+    left out; and the seconds its timed jobs took."""
+    plain = [dict(r) for r in raw if r["role"] != "retime"]
+    again = [dict(r) for r in raw if r["role"] == "retime"] if retime else []
+    if not rounds:
+        plain = [r for r in plain if round_of[r["job"]] == 0]
+        again = [r for r in again if round_of[r["retime_of"]] == 0]
+    seconds = sum(r["timed_s"] + r["overhead_s"] for r in plain + again)
+    rows, _, _ = correct_profile(merge_retimed(plain, again), "paired", stretch)
+    return rows, seconds
+
+
+def figures(space, rows: list[dict], lut_cfg: dict, seconds: float) -> dict[str, float]:
+    """σ_n, held-out metrics of the table fitted as `fit-lut` fits it, and the profiling seconds."""
+    sets, _ = fit_sets(space, {k: [r[k] for r in rows] for k in COLUMNS}, lut_cfg)
+    best, res, *_ = fit_table(space, sets, lut_cfg)
+    idx, l_te, _ = sets["test"]
+    m = latency_metrics(predict(space, res[best].x, idx, res[best].link), l_te)
+    return {"sigma_n": retest_noise(rows)["sigma_n"], "nrmse": m["nrmse"], "within_10pct": m["within_10pct"],
+            "kendall_tau": m["kendall_tau"], "seconds": seconds}
+
+
+def analyze(cfg: dict, out: Path, lean: list[str]) -> list[dict]:
+    """Every variant of every session in `out`: one row each."""
+    space = space_from_config(cfg)
+    found = []
+    for p in sorted(out.glob("*.parquet")):
+        if p.stem == "configs":
+            continue
+        table, _ = artifacts.read_table(p, "latency")  # noqa: F841 (a complete session's file)
+        if (out / f"resume_{p.stem}").exists():
+            found.append(p.stem)
+    out_rows = []
+    for name in found:
+        raw, round_of = timings(out, name)
+        device = name.rsplit("_", 1)[0]
+        variants = {v: (TIMING_VARIANTS.get(v, {}), FIT_VARIANTS.get(v, {})) for v in VARIANTS}
+        if lean:
+            t = {k: v for name_ in lean for k, v in TIMING_VARIANTS.get(name_, {}).items()}
+            f = {k: v for name_ in lean for k, v in FIT_VARIANTS.get(name_, {}).items()}
+            variants["lean"] = (t, f)
+        for v, (tv, fv) in variants.items():
+            rows, seconds = corrected(raw, round_of, **tv)
+            out_rows.append({"session": name, "device": device, "variant": v,
+                             **figures(space, rows, {**cfg["lut"], **fv}, seconds)})
+            r = out_rows[-1]
+            print(f"  {name:14s} {v:13s} σ_n {100 * r['sigma_n']:5.2f} %  NRMSE {100 * r['nrmse']:5.2f} %  "
+                  f"±10 % {100 * r['within_10pct']:5.1f} %  τ {r['kendall_tau']:.3f}  {r['seconds']:.0f} s", flush=True)
+    return out_rows
+
+
+def table(rows: list[dict]) -> None:
+    """Median over sessions and half the session-to-session range, per device and variant; the change against default
+    per session (median), which is what decides a mechanism."""
+    print("\n| device | variant | sessions | σ_n | held-out NRMSE | within ±10 % | Kendall τ | profiling s | "
+          "ΔNRMSE vs default (median, range) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for device in sorted({r["device"] for r in rows}):
+        mine = [r for r in rows if r["device"] == device]
+        base = {r["session"]: r for r in mine if r["variant"] == "default"}
+        for v in dict.fromkeys(r["variant"] for r in mine):
+            rs = [r for r in mine if r["variant"] == v]
+
+            def cell(key: str, pct: bool = True, fmt: str = ".2f") -> str:
+                a = np.array([r[key] for r in rs]) * (100 if pct else 1)
+                return f"{np.median(a):{fmt}} ± {(a.max() - a.min()) / 2:{fmt}}"
+
+            d = np.array([100 * (r["nrmse"] - base[r["session"]]["nrmse"]) for r in rs])
+            print(f"| {device} | {v} | {len(rs)} | {cell('sigma_n')} % | {cell('nrmse')} % | "
+                  f"{cell('within_10pct', fmt='.1f')} % | {cell('kendall_tau', False, '.3f')} | "
+                  f"{cell('seconds', False, '.0f')} | {np.median(d):+.2f} ({d.min():+.2f} … {d.max():+.2f}) |")
+
+
+def finalists(run: Path, device: str, rounds: int) -> None:
+    """Verified and unverified finalists of a default run timed in one session as `measure` times them (D36)."""
+    from aows_core.devices import get_device
+    from aows_core.latency.protocol import correct, measure_plan, reference_config, time_jobs
+
+    cfg = load(run / "config.yaml")
+    space = space_from_config(cfg)
+    _, lmeta = artifacts.read_table(run / "results/latency" / f"{device}.parquet", "latency")
+    decided = []
+    for p in sorted((run / "results/decisions" / device).glob("*/*.parquet")):
+        table, meta = artifacts.read_table(p, "decisions")
+        trace = {v["target"]: v["trace"] for v in (meta.get("verification") or {}).get("targets", [])}
+        for r in table.to_pylist():
+            t = trace.get(r["target"])
+            if t is None:
+                continue
+            decided.append({"finalist": f"{r['method']} {r['target']}",
+                            "verified": (tuple(r["channels"]), r["predicted_latency_ms"]),
+                            "unverified": (tuple(t[0]["channels"]), t[0]["predicted_ms"])})
+    nets = sorted({d[k][0] for d in decided for k in ("verified", "unverified")})
+    protocol = dict(cfg["profiling"])
+    dev = get_device(dict(cfg["devices"][device]), space, int(cfg["seed"]))
+    try:
+        jobs = measure_plan(nets, reference_config(space), rounds, int(cfg["seed"]), False, paired=True)
+        rows = time_jobs(dev, jobs, protocol, space)
+    finally:
+        dev.close()
+    rows, _ = correct(rows, "paired", float(lmeta["reference_baseline"]))
+    per: dict[int, list[float]] = {}
+    for r in rows:
+        per.setdefault(r["network"], []).append(r["latency_ms"])
+    measured = {n: float(np.median(per[k])) for k, n in enumerate(nets)}
+    counts = {"verified": 0, "unverified": 0}
+    print(f"| finalist | unverified pred / measured | verified pred / measured |")
+    print("|---|---|---|")
+    for d in decided:
+        cells = []
+        for k in ("unverified", "verified"):
+            ch, pred = d[k]
+            err = pred / measured[ch] - 1
+            counts[k] += abs(err) <= 0.05
+            cells.append(f"{pred:.4g} / {measured[ch]:.4g} ({100 * err:+.1f} %)")
+        print(f"| {d['finalist']} | {cells[0]} | {cells[1]} |")
+    print(f"{device}: within 5 % of prediction — unverified {counts['unverified']}/{len(decided)}, "
+          f"verified {counts['verified']}/{len(decided)} ({rounds} rounds)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("sessions")
+    s.add_argument("--sessions", type=int, default=4)
+    s.add_argument("--devices", nargs="+", default=["cpu", "onnxruntime"])
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--lean", nargs="*", default=[])
+    s.add_argument("--json", type=Path, default=None)
+    a = sub.add_parser("analyze")
+    a.add_argument("out", type=Path)
+    a.add_argument("--lean", nargs="*", default=[])
+    a.add_argument("--json", type=Path, default=None)
+    f = sub.add_parser("finalists")
+    f.add_argument("run", type=Path)
+    f.add_argument("--device", default="cpu")
+    f.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    if args.mode == "finalists":
+        finalists(args.run, args.device, args.rounds)
+        return
+    cfg = load(ROOT / "config.yaml")
+    if args.mode == "sessions":
+        run_sessions(cfg, args.devices, args.sessions, args.out)
+    rows = analyze(cfg, args.out, args.lean)
+    table(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
