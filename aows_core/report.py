@@ -40,13 +40,11 @@ def _by_method(rows: Sequence[Mapping[str, Any]], key: str = "measured_ms") -> l
     return [(m, sorted(out[m], key=lambda r: r[key])) for m in (*METHODS, *sorted(set(out) - set(METHODS))) if m in out]
 
 
-def lut_validation(meas: np.ndarray, pred: np.ndarray, base: np.ndarray, meta: Mapping[str, Any],
-                   disturbed: np.ndarray | None = None) -> Figure:
+def lut_validation(meas: np.ndarray, pred: np.ndarray, base: np.ndarray, meta: Mapping[str, Any]) -> Figure:
     """Predicted vs measured latency of held-out networks, with the identity line (§7 Fig. latency_correlation).
 
     `meas`, `pred`, `base`: the measured, LUT-predicted and FLOPs-proportional latencies (the columns of the
-    `lut_predictions` table); `meta`: its metadata (device, unit, sigma_n); `disturbed`: the networks timed while
-    the host disturbed them (D43), drawn hollow.
+    `lut_predictions` table); `meta`: its metadata (device, unit, sigma_n, adequacy).
     """
     plt = _plt()
     meas, pred, base = (np.asarray(a, dtype=np.float64) for a in (meas, pred, base))
@@ -56,11 +54,7 @@ def lut_validation(meas: np.ndarray, pred: np.ndarray, base: np.ndarray, meta: M
     ax.fill_between(grid, grid * 0.9, grid * 1.1, color="0.9", label="±10 %")
     ax.plot(grid, grid, color="k", lw=1, label="identity")
     ax.scatter(meas, base, s=8, color="tab:orange", alpha=0.5, label="FLOPs-proportional")
-    hit = np.zeros(len(meas), dtype=bool) if disturbed is None else np.asarray(disturbed, dtype=bool)
-    ax.scatter(meas[~hit], pred[~hit], s=10, color="tab:blue", label="latency table")
-    if hit.any():
-        ax.scatter(meas[hit], pred[hit], s=14, facecolors="none", edgecolors="tab:blue", lw=0.8,
-                   label=f"latency table, timed disturbed ({int(hit.sum())})")
+    ax.scatter(meas, pred, s=10, color="tab:blue", label="latency table")
     rel = np.abs(pred - meas) / meas
     unit = meta.get("unit", "ms")
     ax.set_xlabel(f"measured ({unit})", fontsize=8)
@@ -74,11 +68,13 @@ def lut_validation(meas: np.ndarray, pred: np.ndarray, base: np.ndarray, meta: M
     )
     ax.legend(fontsize=7, loc="upper left")
     ax.set_aspect("equal", adjustable="box")
-    if meta.get("too_noisy"):
+    verdict = (meta.get("adequacy") or {}).get("verdict")
+    if verdict == "too_noisy":
         _noisy_banner(ax)
-    elif meta.get("model_limited"):  # D34: quiet timings, but the table errs beyond them
+    elif verdict == "model_limited":  # quiet timings, but the table errs beyond them
+        a = meta["adequacy"]
         ax.text(0.5, 0.02, f"table error beyond the noise: 95 % of networks within "
-                f"{100 * (meta['ratio_low'] - 1):+.1f} … {100 * (meta['ratio_high'] - 1):+.1f} %",
+                f"{100 * (a['ratio_low'] - 1):+.1f} … {100 * (a['ratio_high'] - 1):+.1f} %",
                 transform=ax.transAxes, ha="center", va="bottom", fontsize=8, color="tab:red")
     return fig
 

@@ -208,7 +208,7 @@ class SearchSpace:
 
     @property
     def middle_config(self) -> list[int]:
-        """The middle width choice of every layer: the timing protocol's reference network (D3, D27)."""
+        """The middle width choice of every layer: the timing protocol's reference network (D27)."""
         return [c[(len(c) - 1) // 2] for c in self.layer_choices]
 
     @property

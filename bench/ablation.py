@@ -1,5 +1,5 @@
-"""Every latency-side mechanism switched off alone (or on alone), on fresh profiling sessions of the default space
-(docs/method.md, "What the latency side keeps").
+"""Every latency-side mechanism switched off alone, on fresh profiling sessions of the default space
+(docs/method.md, "Latency model"; bench/README.md, "What the latency side keeps").
 
 `sessions`: profiles the default config's configurations on each device, `--sessions` times, alternating devices,
 under the config's protocol with every mechanism on, and keeps each session's journal (every timing, re-timings
@@ -8,15 +8,11 @@ host's mood:
 
     default       the config as it is
     no-retime     the first timing of every job (re-timing of disturbed jobs off, D27)
-    no-rounds     the first round's networks only (profiling rounds off, D28)
-    no-stretch    paired timings as they are (the host stretch off, D37)
-    no-outliers   lut.outlier_threshold 0 (outlier rejection off, D8)
-    absolute      lut.weighting absolute (relative weights off, D32)
     no-smooth     lut.smoothness [0] (the smoothness prior off, D38)
     no-link       lut.link_knots [] (the link off, D39)
-    exclude-dist  lut.exclude_disturbed true (D43 switched on)
-    lean          the variants named by --lean together
 
+The mechanisms removed on this evidence (rounds, the host stretch, outlier rejection, relative weights, the
+exclusion of disturbed timings) were variants of this script at commit af2c3b6, where the table was measured.
 Per variant: σ_n, held-out NRMSE, share within ±10 %, Kendall τ and profiling time (the timed jobs' seconds), per
 session and as median over sessions with the session-to-session spread (half the range).
 
@@ -25,7 +21,7 @@ session and as median over sessions with the session-to-session spread (half the
 first row of its trace) in one session: finalists within 5 % of their prediction, verified and unverified.
 
     python bench/ablation.py sessions --sessions 4 --out /tmp/ablation        # ~20 min on 2 cores, alone
-    python bench/ablation.py analyze /tmp/ablation --lean no-retime no-rounds  # the table again, no timing
+    python bench/ablation.py analyze /tmp/ablation --lean no-retime no-link    # the table again, no timing
     python bench/ablation.py finalists /tmp/run --device cpu                   # after a default run in /tmp/run
 """
 
@@ -41,21 +37,18 @@ import numpy as np
 from aows_core import artifacts
 from aows_core.artifacts import journal
 from aows_core.config import load, space_from_config
-from aows_core.latency.calm import fit_sets
 from aows_core.latency.fit import fit_table
-from aows_core.latency.lut import predict
+from aows_core.latency.lut import predict, split_sets
 from aows_core.latency.metrics import latency_metrics
-from aows_core.latency.protocol import correct_profile, merge_retimed, retest_noise
+from aows_core.latency.protocol import correct, measure_plan, merge_retimed, retest_noise, time_jobs
 from aows_core.stages import sample
 from aows_core.stages.profile import run as profile
 
 ROOT = Path(__file__).resolve().parents[1]
-FIT_VARIANTS = {"no-outliers": {"outlier_threshold": 0.0}, "absolute": {"weighting": "absolute"},
-                "no-smooth": {"smoothness": [0.0]}, "no-link": {"link_knots": []},
-                "exclude-dist": {"exclude_disturbed": True}}
-TIMING_VARIANTS = {"no-retime": {"retime": False}, "no-rounds": {"rounds": False}, "no-stretch": {"stretch": False}}
+FIT_VARIANTS = {"no-smooth": {"smoothness": [0.0]}, "no-link": {"link_knots": []}}
+TIMING_VARIANTS = {"no-retime": {"retime": False}}
 VARIANTS = ["default", *TIMING_VARIANTS, *FIT_VARIANTS]
-COLUMNS = ("role", "set", "channels", "latency_ms", "config_id", "ratio_spread")
+COLUMNS = ("role", "set", "channels", "latency_ms", "config_id")
 
 
 def run_sessions(cfg: dict, devices: list[str], n: int, out: Path) -> None:
@@ -80,35 +73,28 @@ def run_sessions(cfg: dict, devices: list[str], n: int, out: Path) -> None:
         journal.Journal.remove = keep
 
 
-def timings(out: Path, name: str) -> tuple[list[dict], dict[int, int]]:
-    """The journal's timings of session `name` and the round of each job (from its latency file)."""
+def timings(out: Path, name: str) -> list[dict]:
+    """The journal's timings of session `name`, re-timings included."""
     lines = (out / f"resume_{name}" / f"profile_{name.rsplit('_', 1)[0]}.jsonl").read_text().splitlines()
-    raw = [json.loads(s) for s in lines[1:]]
-    table, _ = artifacts.read_table(out / f"{name}.parquet", "latency")
-    round_of = dict(zip(table.column("job").to_pylist(), table.column("round").to_pylist()))
-    return raw, round_of
+    return [json.loads(s) for s in lines[1:]]
 
 
-def corrected(raw: list[dict], round_of: dict[int, int], retime: bool = True, rounds: bool = True,
-              stretch: bool = True) -> tuple[list[dict], float]:
-    """The session's corrected rows as `aows profile` writes them, with re-timing, later rounds or the stretch
-    left out; and the seconds its timed jobs took."""
+def corrected(raw: list[dict], retime: bool = True) -> tuple[list[dict], float]:
+    """The session's corrected rows as `aows profile` writes them, re-timing left out unless `retime`; and the seconds
+    its timed jobs took."""
     plain = [dict(r) for r in raw if r["role"] != "retime"]
     again = [dict(r) for r in raw if r["role"] == "retime"] if retime else []
-    if not rounds:
-        plain = [r for r in plain if round_of[r["job"]] == 0]
-        again = [r for r in again if round_of[r["retime_of"]] == 0]
     seconds = sum(r["timed_s"] + r["overhead_s"] for r in plain + again)
-    rows, _, _ = correct_profile(merge_retimed(plain, again), "paired", stretch)
+    rows, _ = correct(merge_retimed(plain, again))
     return rows, seconds
 
 
 def figures(space, rows: list[dict], lut_cfg: dict, seconds: float) -> dict[str, float]:
     """σ_n, held-out metrics of the table fitted as `fit-lut` fits it, and the profiling seconds."""
-    sets, _ = fit_sets(space, {k: [r[k] for r in rows] for k in COLUMNS}, lut_cfg)
-    best, res, *_ = fit_table(space, sets, lut_cfg)
+    sets = split_sets(space, {k: [r[k] for r in rows] for k in COLUMNS})
+    f = fit_table(space, sets, lut_cfg).fit
     idx, l_te, _ = sets["test"]
-    m = latency_metrics(predict(space, res[best].x, idx, res[best].link), l_te)
+    m = latency_metrics(predict(space, f.x, idx, f.link), l_te)
     return {"sigma_n": retest_noise(rows)["sigma_n"], "nrmse": m["nrmse"], "within_10pct": m["within_10pct"],
             "kendall_tau": m["kendall_tau"], "seconds": seconds}
 
@@ -125,7 +111,7 @@ def analyze(cfg: dict, out: Path, lean: list[str]) -> list[dict]:
             found.append(p.stem)
     out_rows = []
     for name in found:
-        raw, round_of = timings(out, name)
+        raw = timings(out, name)
         device = name.rsplit("_", 1)[0]
         variants = {v: (TIMING_VARIANTS.get(v, {}), FIT_VARIANTS.get(v, {})) for v in VARIANTS}
         if lean:
@@ -133,7 +119,7 @@ def analyze(cfg: dict, out: Path, lean: list[str]) -> list[dict]:
             f = {k: v for name_ in lean for k, v in FIT_VARIANTS.get(name_, {}).items()}
             variants["lean"] = (t, f)
         for v, (tv, fv) in variants.items():
-            rows, seconds = corrected(raw, round_of, **tv)
+            rows, seconds = corrected(raw, **tv)
             out_rows.append({"session": name, "device": device, "variant": v,
                              **figures(space, rows, {**cfg["lut"], **fv}, seconds)})
             r = out_rows[-1]
@@ -167,7 +153,6 @@ def table(rows: list[dict]) -> None:
 def finalists(run: Path, device: str, rounds: int) -> None:
     """Verified and unverified finalists of a default run timed in one session as `measure` times them (D36)."""
     from aows_core.devices import get_device
-    from aows_core.latency.protocol import correct, measure_plan, reference_config, time_jobs
 
     cfg = load(run / "config.yaml")
     space = space_from_config(cfg)
@@ -187,11 +172,11 @@ def finalists(run: Path, device: str, rounds: int) -> None:
     protocol = dict(cfg["profiling"])
     dev = get_device(dict(cfg["devices"][device]), space, int(cfg["seed"]))
     try:
-        jobs = measure_plan(nets, reference_config(space), rounds, int(cfg["seed"]), False, paired=True)
+        jobs = measure_plan(nets, rounds, int(cfg["seed"]), False)
         rows = time_jobs(dev, jobs, protocol, space)
     finally:
         dev.close()
-    rows, _ = correct(rows, "paired", float(lmeta["reference_baseline"]))
+    rows, _ = correct(rows, float(lmeta["reference_baseline"]))
     per: dict[int, list[float]] = {}
     for r in rows:
         per.setdefault(r["network"], []).append(r["latency_ms"])

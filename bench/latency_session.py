@@ -45,13 +45,12 @@ def recorded_sets(root: str, device: str, lut_overrides: dict) -> tuple[Any, dic
     from aows_core import artifacts
     from aows_core.config import load, space_from_config
     from aows_core.latency import lut
-    from aows_core.latency.calm import fit_sets
 
     cfg = load(f"{root}/config.yaml")
     space = space_from_config(cfg)
     table, meta = artifacts.read_latency(f"{root}/results/latency/{device}.parquet", space, device)
     lut_cfg = {**cfg["lut"], **lut_overrides}
-    sets, _ = fit_sets(space, lut.columns_of(table), lut_cfg)
+    sets = lut.split_sets(space, lut.columns_of(table))
     return space, sets, meta, lut_cfg
 
 
@@ -64,7 +63,6 @@ def recorded_refit(root: str, device: str, lut_overrides: dict) -> tuple[Any, di
     space, sets, meta, lut_cfg = recorded_sets(root, device, lut_overrides)
     idx_te, l_te, _ = sets["test"]
     t0 = time.perf_counter()
-    best, res, *_ = fit.fit_table(space, sets, lut_cfg)
+    f = fit.fit_table(space, sets, lut_cfg).fit
     wall = time.perf_counter() - t0
-    f = res[best]
     return f, latency_metrics(lut.predict(space, f.x, idx_te, f.link), l_te), float(meta["sigma_n"]), wall, (space, idx_te)

@@ -20,7 +20,6 @@ import numpy as np
 from aows_core import artifacts
 from aows_core.config import load, space_from_config
 from aows_core.latency import fit, lut
-from aows_core.latency.calm import fit_sets
 
 SETS = ("train", "lambda_val", "test")
 
@@ -30,12 +29,12 @@ def residuals(root: str, device: str) -> tuple[dict, float, object]:
     cfg = load(f"{root}/config.yaml")
     space = space_from_config(cfg)
     table, meta = artifacts.read_latency(f"{root}/results/latency/{device}.parquet", space, device)
-    sets, _ = fit_sets(space, lut.columns_of(table), cfg["lut"])
-    best, res, *_ = fit.fit_table(space, sets, cfg["lut"])
+    sets = lut.split_sets(space, lut.columns_of(table))
+    chosen = fit.fit_table(space, sets, cfg["lut"]).fit
     out = {}
     for name in SETS:
         configs, measured = sets[name][:2]
-        predicted = res[best].predict(lut.design_matrix(space, configs))
+        predicted = chosen.predict(lut.design_matrix(space, configs))
         for c, m, p in zip(configs, measured, predicted):
             out[(name, tuple(int(i) for i in c))] = float(np.log(m / p))
     return out, float(meta["sigma_n"]), space

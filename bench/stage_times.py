@@ -16,7 +16,7 @@ from pathlib import Path
 # The embedded default's per-stage budget (seconds, 2 cores), for `snakemake --cores 2 results/pareto_cpu.pdf`.
 BUDGET = {
     "sample_configs": 5,
-    "profile": 300,  # paired timing (1.6× the interpolated protocol) and up to 3 rounds (docs/method.md D27, D28)
+    "profile": 300,  # paired timing and up to 3 rounds (docs/method.md D27, D28)
     "fit_lut": 10,
     "validate_lut": 5,
     "check_target": 5,

@@ -45,11 +45,9 @@ SCHEMAS: Mapping[str, pa.Schema] = MappingProxyType({
             ("std_ms", pa.float64()),
             ("n_repeats", pa.int32()),
             ("ref_ms_raw", pa.float64()),
-            ("large_ref_ms_raw", pa.float64()),
             ("pair_ratio", pa.float64()),
             ("ratio_spread", pa.float64()),
             ("retimed", pa.bool_()),
-            ("round", pa.int32()),
         ]
     ),
     "lut": pa.schema(
@@ -132,7 +130,6 @@ SCHEMAS: Mapping[str, pa.Schema] = MappingProxyType({
             ("measured_ms", pa.float64()),
             ("predicted_ms", pa.float64()),
             ("flops_baseline_ms", pa.float64()),
-            ("disturbed", pa.bool_()),
         ]
     ),
     "greedy_trajectory": pa.schema(

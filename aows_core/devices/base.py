@@ -15,7 +15,7 @@ import math
 import os
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -37,8 +37,6 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "nonadditive": 0.02,
     "interference": 0.0,
     "regime_dwell": 3.0,
-    "stretch": 0.0,
-    "contention": 0.0,
     "spill": 0.0,
     "spill_at": 0.7,
 }
@@ -58,14 +56,12 @@ class Measurement:
 
 @dataclass
 class PairedMeasurement:
-    """Per-chunk values of a network and of the reference timed alternately (D27) — and of the large reference
-    (D41) when one was timed — seconds timed and of overhead."""
+    """Per-chunk values of a network and of the reference timed alternately (D27), seconds timed and of overhead."""
 
     network: list[np.ndarray]
     reference: list[np.ndarray]
     timed_s: float
     overhead_s: float
-    large: list[np.ndarray] = field(default_factory=list)
 
 
 class Timer:
@@ -140,11 +136,9 @@ class Device:
     def measure_paired(
         self, channels: Sequence[int], reference: Sequence[int], repeats: int, warmup: int = 0, job: int = 0,
         min_time_s: float = 0.0, chunks: int = 5, reference_share: float = 1.0,
-        large: Sequence[int] | None = None, large_share: float = 0.0,
     ) -> "PairedMeasurement":
         """The network and the reference in `chunks` alternating chunks (D27): ⌈repeats/chunks⌉ passes of the
-        network and `reference_share` of that for the reference, each chunk after `warmup` untimed passes; with a
-        `large` reference (D41), `large_share` of them for it after the reference in every chunk.
+        network and `reference_share` of that for the reference, each chunk after `warmup` untimed passes.
 
         `min_time_s` is shared among the network's chunks (the references': their share of it).
         Interference that lasts longer than one chunk pair hits both.
@@ -152,15 +146,10 @@ class Device:
         repeats, warmup = check_counts(repeats, warmup)
         if chunks < 1 or not 0 < reference_share <= 1:
             raise ValueError(f"need chunks ≥ 1 and 0 < reference_share ≤ 1, got {chunks} and {reference_share}")
-        if large is not None and not 0 < large_share <= 1:
-            raise ValueError(f"need 0 < large_share ≤ 1 with a large reference, got {large_share}")
         per, per_time = math.ceil(repeats / chunks), min_time_s / chunks
-        counts = [(per, per_time), (max(1, math.ceil(per * reference_share)), per_time * reference_share),
-                  (max(1, math.ceil(per * large_share)), per_time * large_share)]
+        counts = [(per, per_time), (max(1, math.ceil(per * reference_share)), per_time * reference_share)]
         t0 = time.perf_counter()
         timers = [self.open(channels, job), self.open(reference, job)]
-        if large is not None:
-            timers.append(self.open(large, job))
         try:
             chunked = [[t(n, warmup, s) for t, (n, s) in zip(timers, counts)] for _ in range(chunks)]
         finally:
@@ -168,7 +157,7 @@ class Device:
                 t.close()
         timed = sum(t.timed_s for t in timers)
         return PairedMeasurement([c[0] for c in chunked], [c[1] for c in chunked], timed,
-                                 max(time.perf_counter() - t0 - timed, 0.0), [c[2] for c in chunked if len(c) > 2])
+                                 max(time.perf_counter() - t0 - timed, 0.0))
 
     def close(self) -> None:
         """Release what the device holds (sessions, pools)."""

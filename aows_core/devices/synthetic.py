@@ -13,17 +13,10 @@ The truth follows the latency model of §4 (eq. lat) plus what breaks it on real
 - interference: the host flips between a fast and a slow state (× (1 + interference)) with
   exponentially distributed dwell times of mean `regime_dwell` jobs — a busy shared machine, whose
   disturbances last longer than one network's timing but are shorter than the reference spacing;
-- a host state that stretches the latency scale (docs/method.md D37): with f the drift × interference factor, a
-  network of true latency l is timed at l·f·(l / l_ref)^(stretch·log f), l_ref the reference network's truth, so
-  its ratio to the reference is raised to 1 + stretch·log f;
-- contention for the host's cache (docs/method.md D41): episodes with their own exponential dwell times (mean
-  `regime_dwell` jobs) during which a network larger than the reference is slowed by exp(contention·w),
-  w = log(l / l_ref) ÷ log(l_max / l_ref) clipped to [0, 1] — the reference untouched, the widest network most;
 - multiplicative log-normal noise per repeat, exp(noise·z) (median 1).
 
 Every random choice derives from the seed: the table from `default_rng([seed, 2**32-1, 7])`, the
-regime switches from `default_rng([seed, 2**32-1, 11])`, the contention episodes from
-`default_rng([seed, 2**32-1, 13])`, the noise of the k-th timing call of job j
+regime switches from `default_rng([seed, 2**32-1, 11])`, the noise of the k-th timing call of job j
 from `default_rng([seed, j])` (k = 0) or `default_rng([seed, j, k])`, so a resumed run reproduces
 every sample. The k-th call of job j sits at virtual time j + k/TICKS for the regime. Values
 are ms per forward of a batch (batch B scales the truth by B^0.9). `timed_s` is the virtual time
@@ -52,8 +45,7 @@ class Synthetic(Device):
 
     name = "synthetic"
     unit = "ms"
-    keys = ("batch_size", "noise", "drift", "nonadditive", "interference", "regime_dwell", "stretch", "contention", "spill",
-            "spill_at")
+    keys = ("batch_size", "noise", "drift", "nonadditive", "interference", "regime_dwell", "spill", "spill_at")
 
     def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
         super().__init__(spec, space, seed)
@@ -62,14 +54,12 @@ class Synthetic(Device):
         self.nonadditive = float(self.spec["nonadditive"])
         self.interference = float(self.spec["interference"])
         self.regime_dwell = float(self.spec["regime_dwell"])
-        self.stretch = float(self.spec["stretch"])
-        self.contention = float(self.spec["contention"])
         self.spill, self.spill_at = float(self.spec["spill"]), float(self.spec["spill_at"])
         if self.spill < 0 or not 0 < self.spill_at < 1:
             raise ValueError(f"synthetic: spill must be ≥ 0 and spill_at in (0, 1), got {self.spill}, {self.spill_at}")
         if self.regime_dwell <= 0:
             raise ValueError(f"synthetic: regime_dwell must be > 0 jobs, got {self.regime_dwell}")
-        for k in ("noise", "drift", "nonadditive", "interference", "contention"):
+        for k in ("noise", "drift", "nonadditive", "interference"):
             if getattr(self, k) < 0:
                 raise ValueError(f"synthetic: {k} must be ≥ 0, got {getattr(self, k)}")
         if self.drift >= 0.95:
@@ -85,9 +75,8 @@ class Synthetic(Device):
         self._phi = rng.uniform(0, 2 * np.pi, size=3)
         self._periods = (rng.uniform(240, 375), rng.uniform(2400, 3750))
         self._macs_max = network_macs(space, space.max_config)
-        self._episode_rngs = {name: np.random.default_rng([self.seed, 2**32 - 1, key])
-                              for name, key in (("interference", 11), ("contention", 13))}
-        self._switches = {name: np.zeros(0) for name in self._episode_rngs}
+        self._regime_rng = np.random.default_rng([self.seed, 2**32 - 1, 11])
+        self._switches = np.zeros(0)
         self._ticks: dict[int, int] = {}
 
     # ---- ground truth ------------------------------------------------------------------
@@ -140,39 +129,16 @@ class Synthetic(Device):
         wave = 0.7 * np.sin(2 * np.pi * job / p1 + self._phi[1]) + 0.3 * np.sin(2 * np.pi * job / p2 + self._phi[2])
         return float(1.0 + self.drift * wave)
 
-    def _episode(self, name: str, t: float) -> bool:
-        """Whether virtual time t (jobs) falls in an episode of `name` (exponential dwell times of mean
-        `regime_dwell`, alternating off and on)."""
-        switches = self._switches[name]
-        while not switches.size or switches[-1] <= t:
-            last = switches[-1] if switches.size else 0.0
-            more = np.cumsum(self._episode_rngs[name].exponential(self.regime_dwell, size=256))
-            switches = self._switches[name] = np.concatenate([switches, last + more])
-        return int(np.searchsorted(switches, t, side="right")) % 2 == 1
-
     def regime_factor(self, t: float) -> float:
-        """The interference state at virtual time t (jobs): 1 (fast) or 1 + interference (slow)."""
+        """The interference state at virtual time t (jobs): 1 (fast) or 1 + interference (slow), switching after
+        exponential dwell times of mean `regime_dwell`."""
         if self.interference == 0:
             return 1.0
-        return 1.0 + self.interference if self._episode("interference", t) else 1.0
-
-    def contention_factor(self, truth: float, t: float) -> float:
-        """The cache-contention slowdown (D41) of a network of true latency `truth` at virtual time t (jobs)."""
-        if self.contention == 0 or not self._episode("contention", t):
-            return 1.0
-        top = self._contention_top
-        w = min(1.0, max(0.0, float(np.log(truth / self._reference_truth) / top))) if top > 0 else 0.0
-        return float(np.exp(self.contention * w))
-
-    @cached_property
-    def _contention_top(self) -> float:
-        """log(widest network ÷ reference) of the truth: where the contention's slowdown is full (D41)."""
-        return float(np.log(self.true_latency(self.space.max_config) / self._reference_truth))
-
-    @cached_property
-    def _reference_truth(self) -> float:
-        """The true latency of the protocol's reference network, the pivot of the stretch (D37)."""
-        return self.true_latency(self.space.middle_config)
+        while not self._switches.size or self._switches[-1] <= t:
+            last = self._switches[-1] if self._switches.size else 0.0
+            more = np.cumsum(self._regime_rng.exponential(self.regime_dwell, size=256))
+            self._switches = np.concatenate([self._switches, last + more])
+        return 1.0 + self.interference if int(np.searchsorted(self._switches, t, side="right")) % 2 == 1 else 1.0
 
     # ---- device interface --------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -187,7 +153,6 @@ class Synthetic(Device):
         if job < 0:
             raise ValueError(f"synthetic: job must be ≥ 0, got {job}")
         truth = self.true_latency(channels)
-        size = np.log(truth / self._reference_truth)
         drift = self.drift_factor(job)
 
         def run(repeats: int, warmup: int, min_time_s: float) -> tuple[np.ndarray, float]:
@@ -196,7 +161,7 @@ class Synthetic(Device):
             rng = np.random.default_rng([self.seed, job] if k == 0 else [self.seed, job, k])
             t = job + min(k, TICKS - 1) / TICKS
             f = drift * self.regime_factor(t)
-            level = truth * f * np.exp(self.stretch * np.log(f) * size) * self.contention_factor(truth, t)
+            level = truth * f
             samples = level * np.exp(self.noise * rng.standard_normal(repeats))
             return samples, float(samples.sum()) / 1e3
 

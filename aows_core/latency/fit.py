@@ -2,9 +2,6 @@
 
     min_x ‖A x − l‖² + λ ‖max(V x, 0)‖₁ + ρ ‖x‖²   subject to x ≥ 0      (docs/method.md D5, D7)
 
-By default the rows are weighted by median(l)/l_p (`weighting: relative`, D32): the squared residuals are
-relative errors, the least-squares fit that matches multiplicative timing noise (σ_n is relative).
-
 It is solved in a sparse *residual form* (never forming the dense Gram AᵀA): with residuals
 r = A x − l and hinge slacks s,
 
@@ -13,7 +10,8 @@ r = A x − l and hinge slacks s,
 λ enters only the linear term q; each λ of the grid is one independent cold solve (see `fit_osqp`).
 Latencies are divided by their median before the solve, so the grid DEFAULT_LAMBDAS and the ridge
 (DEFAULT_RIDGE times the mean diagonal of AᵀA) are dimensionless; FitResult.lam reports λ in ms units
-(λ_ms = λ_rel · median(l)). λ is chosen on held-out networks (lambda_val) only; outliers: D8.
+(λ_ms = λ_rel · median(l)). λ, the smoothness prior's μ (D38) and the link (D39) are chosen on held-out networks
+(lambda_val) only.
 osqp and cvxpy are imported inside the functions that use them.
 """
 
@@ -284,31 +282,6 @@ def fit_cvxpy(
     )
 
 
-WEIGHTINGS = ("relative", "absolute")
-
-
-def row_weights(l: np.ndarray, weighting: str) -> np.ndarray:
-    """W's diagonal: median(l) / l for `relative` (squared residuals in relative units, D32), ones for `absolute`."""
-    l = np.asarray(l, dtype=np.float64).ravel()
-    if weighting == "absolute":
-        return np.ones_like(l)
-    if weighting != "relative":
-        raise ValueError(f"lut.weighting must be one of {WEIGHTINGS}; got {weighting!r}")
-    if len(l) and not np.all(l > 0):
-        raise LUTFitError(f"{int(np.sum(~(l > 0)))} measured latencies are not positive; relative weighting needs "
-                          "positive latencies (lut.weighting: absolute fits them as they are)")
-    return np.median(l) / l if len(l) else l
-
-
-def weighted_rows(A: sp.spmatrix, l: np.ndarray, weighting: str) -> tuple[sp.csr_matrix, np.ndarray]:
-    """(W A, W l): `relative` weighs squared residuals in relative units (D32), `absolute` is eq. linear_lat as
-    written."""
-    A = sp.csr_matrix(A, dtype=np.float64)
-    l = np.asarray(l, dtype=np.float64).ravel()
-    w = row_weights(l, weighting)
-    return sp.diags(w) @ A, w * l
-
-
 def lambda_scan(
     A_tr: sp.spmatrix,
     l_tr: np.ndarray,
@@ -318,24 +291,23 @@ def lambda_scan(
     lambdas: Sequence[float] = DEFAULT_LAMBDAS,
     ridge: float = DEFAULT_RIDGE,
     space: SearchSpace | None = None,
-    weighting: str = "relative",
     D: sp.spmatrix | None = None,
     mu: float = 0.0,
     **osqp_settings: Any,
 ) -> tuple[int, list[FitResult], list[dict[str, Any]]]:
-    """Fit §4's objective (rows weighted by `weighting`, smoothness prior μ‖Dx‖², D38) over the λ grid on train;
-    pick the λ of least lambda_val RMSE; rows of the "lut_fit" schema (errors of the unweighted predictions)."""
-    results = fit_osqp(*weighted_rows(A_tr, l_tr, weighting), V, lambdas, ridge=ridge, space=space, D=D, mu=mu,
-                       **osqp_settings)
+    """Fit §4's objective (with the smoothness prior μ‖Dx‖², D38) over the λ grid on train; pick the λ of least
+    lambda_val RMSE; rows of the "lut_fit" schema."""
+    results = fit_osqp(A_tr, l_tr, V, lambdas, ridge=ridge, space=space, D=D, mu=mu, **osqp_settings)
     rows = [scan_row(f, A_tr, l_tr, A_val, l_val) for f in results]
-    best = int(np.argmin([r["val_rmse_ms"] for r in rows]))  # first minimum: ties go to the earlier grid entry
+    best = choose(rows)
     rows[best]["chosen"] = True
     return best, results, rows
 
 
-# Floor of the robust residual spread: residuals within a few 0.1 % are never outliers (solver tolerance,
-# exactly additive devices such as flops).
-MIN_OUTLIER_SIGMA = 1e-3
+def choose(rows: Sequence[Mapping[str, Any]]) -> int:
+    """The fit of least lambda_val RMSE (§4: λ is chosen on held-out networks only, and so are μ and the link);
+    ties go to the earlier row: the smaller μ and λ, the additive fit before a link."""
+    return int(np.argmin([r["val_rmse_ms"] for r in rows]))
 
 
 def scan_row(
@@ -368,59 +340,6 @@ def exact_result(x: np.ndarray) -> FitResult:
                      n_violated=0, objective=float("nan"), scale=1.0, polished=False)
 
 
-def robust_lambda_scan(
-    A_tr: sp.spmatrix,
-    l_tr: np.ndarray,
-    A_val: sp.spmatrix,
-    l_val: np.ndarray,
-    V: sp.spmatrix,
-    lambdas: Sequence[float] = DEFAULT_LAMBDAS,
-    ridge: float = DEFAULT_RIDGE,
-    threshold: float = 4.0,
-    max_rounds: int = 3,
-    space: SearchSpace | None = None,
-    weighting: str = "relative",
-    D: sp.spmatrix | None = None,
-    mu: float = 0.0,
-) -> tuple[int, list[FitResult], list[dict[str, Any]], np.ndarray]:
-    """`lambda_scan` with outlier rejection: refit without networks whose relative residual exceeds
-    `threshold` robust standard deviations (1.4826·MAD), recomputed on all rows each round.
-
-    A network timed during a burst of interference on a shared machine is off by tens of percent,
-    and least squares spreads that error over every variable it uses. A row that is the only
-    observation of some variable is always kept. Returns the scan of the last round and the mask of
-    kept rows; threshold ≤ 0 disables rejection.
-    """
-    l_tr = np.asarray(l_tr, dtype=np.float64)
-    A_tr = sp.csr_matrix(A_tr)
-    keep = np.ones(len(l_tr), dtype=bool)
-    for _ in range(max_rounds):
-        best, results, rows = lambda_scan(A_tr[keep], l_tr[keep], A_val, l_val, V, lambdas, ridge=ridge, space=space,
-                                          weighting=weighting, D=D, mu=mu)
-        if threshold <= 0:
-            break
-        new = inliers(A_tr, l_tr, A_tr @ results[best].x, threshold)
-        if np.array_equal(new, keep):
-            break
-        keep = new
-    return best, results, rows, keep
-
-
-def inliers(A_tr: sp.csr_matrix, l_tr: np.ndarray, pred: np.ndarray, threshold: float) -> np.ndarray:
-    """Training rows whose relative residual is within `threshold` robust standard deviations (1.4826·MAD) of the
-    median residual (D8; all rows when threshold ≤ 0); a row that is the only observation of a variable is kept."""
-    if threshold <= 0:
-        return np.ones(len(l_tr), dtype=bool)
-    rel = (pred - l_tr) / l_tr
-    dev = np.abs(rel - np.median(rel))
-    sigma = 1.4826 * np.median(dev)
-    keep = dev <= threshold * max(sigma, MIN_OUTLIER_SIGMA)
-    uncovered = observation_counts(A_tr[keep]) == 0
-    if uncovered.any():
-        keep |= (A_tr[:, np.flatnonzero(uncovered)].getnnz(axis=1) > 0)
-    return keep
-
-
 # Gauss–Newton steps of the linked fit (D39): κ and the excess above the knot settle within a few.
 LINK_ITERATIONS = 5
 # A fitted slope below this is no link: the networks above the knot cost their layers' sum (within 0.1 %).
@@ -428,21 +347,20 @@ MIN_LINK_SLOPE = 1e-3
 
 
 def fit_linked(A_tr: sp.spmatrix, l_tr: np.ndarray, V: sp.spmatrix, x0: np.ndarray, base: FitResult, knot: float,
-               *, ridge: float, weighting: str, D: sp.spmatrix | None, slope: float | None = None,
+               *, ridge: float, D: sp.spmatrix | None, slope: float | None = None,
                iterations: int = LINK_ITERATIONS) -> FitResult:
     """The table under the link g(s) = s + κ·max(0, s − knot) (D39), at `base`'s λ and μ, from the additive fit x0.
 
     Each iteration takes the excess h_p = max(0, a_pᵀx − knot) of the current table as a fixed column and solves §4's
     fit for (x, κ ≥ 0) together (κ outside the priors); the excess is then recomputed — a Gauss–Newton step of the
     piecewise-linear model. With a given `slope` (held fixed) the rows above the knot are §4's scaled by 1 + κ, their
-    latencies raised by κ·knot. The rows keep the weights of their measured latencies (D32)."""
+    latencies raised by κ·knot."""
     A_tr = sp.csr_matrix(A_tr, dtype=np.float64)
     l_tr = np.asarray(l_tr, dtype=np.float64)
-    w = row_weights(l_tr, weighting)
     n = A_tr.shape[1]
 
-    def loss(x: np.ndarray, k: float) -> float:  # weighted squared error of the linked prediction
-        return float(np.sum((w * (Link(knot, k)(A_tr @ x) - l_tr)) ** 2))
+    def loss(x: np.ndarray, k: float) -> float:  # squared error of the linked prediction
+        return float(np.sum((Link(knot, k)(A_tr @ x) - l_tr) ** 2))
 
     x, k = np.asarray(x0, dtype=np.float64), 0.0 if slope is None else float(slope)
     f, best = base, loss(x, k)
@@ -454,11 +372,11 @@ def fit_linked(A_tr: sp.spmatrix, l_tr: np.ndarray, V: sp.spmatrix, x0: np.ndarr
         if slope is None:
             A = sp.hstack([A_tr, sp.csr_matrix(h[:, None])], format="csr")
             pad = lambda M: None if M is None else sp.hstack([M, sp.csr_matrix((M.shape[0], 1))], format="csr")  # noqa: E731
-            g = fit_osqp(sp.diags(w) @ A, w * l_tr, pad(V), [base.lam_rel], ridge=ridge, D=pad(D), mu=base.mu)[0]
+            g = fit_osqp(A, l_tr, pad(V), [base.lam_rel], ridge=ridge, D=pad(D), mu=base.mu)[0]
             g, k_new = replace(g, x=g.x[:n]), float(g.x[n])
         else:
             on = s > knot
-            g = fit_osqp(sp.diags(w * np.where(on, 1.0 + k, 1.0)) @ A_tr, w * (l_tr + np.where(on, k * knot, 0.0)), V,
+            g = fit_osqp(sp.diags(np.where(on, 1.0 + k, 1.0)) @ A_tr, l_tr + np.where(on, k * knot, 0.0), V,
                          [base.lam_rel], ridge=ridge, D=D, mu=base.mu)[0]
             k_new = k
         for t in (1.0, 0.5, 0.25, 0.125):  # damped: the longest step along (x, κ) that lowers the linked loss
@@ -474,71 +392,65 @@ def fit_linked(A_tr: sp.spmatrix, l_tr: np.ndarray, V: sp.spmatrix, x0: np.ndarr
     return replace(f, link=Link(float(knot), k) if k >= MIN_LINK_SLOPE and f is not base else IDENTITY)
 
 
-def fit_table(
-    space: SearchSpace,
-    sets: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
-    lut_cfg: Mapping[str, Any],
-    exact: np.ndarray | None = None,
-    link: Link | None = None,
-) -> tuple[int, list[FitResult], list[dict[str, Any]], np.ndarray, np.ndarray]:
-    """Fit the LUT on the train set, λ and the smoothness weight μ (`lut.smoothness`, D38) chosen together on
-    lambda_val (§4 eq. linear_lat), then the link g (`lut.link_knots`, D39) kept where it lowers the lambda_val
-    RMSE; `exact`: an analytic device's known table; `link`: fit under this link, held fixed (a verified
-    decision's refit keeps its LUT's link).
+@dataclass
+class TableFit:
+    """What `fit_table` chose (§4): the fit, every candidate's "lut_fit" row (the chosen one marked) and how many
+    training networks use each variable (the LUT's n_obs)."""
 
-    `sets` is `lut.split_sets(...)`; returns (best, results, lut_fit rows, kept train rows, n_obs of the kept rows),
-    results and rows over the whole (μ, λ) grid and the links tried.
-    """
+    fit: FitResult
+    rows: list[dict[str, Any]]
+    n_obs: np.ndarray
+
+    @property
+    def row(self) -> dict[str, Any]:
+        """The chosen fit's row of the report."""
+        return next(r for r in self.rows if r["chosen"])
+
+
+def candidates(A_tr: sp.spmatrix, l_tr: np.ndarray, A_val: sp.spmatrix, l_val: np.ndarray, V: sp.spmatrix,
+               D: sp.spmatrix, lut_cfg: Mapping[str, Any], link: Link | None) -> tuple[list[FitResult], list[dict]]:
+    """Every fit the table is chosen from, with its "lut_fit" row: the (μ, λ) grid of §4's fit with the smoothness
+    prior (D38), then from the grid's best the table under a link (D39) at each knot of `lut.link_knots` — or under
+    `link`, held fixed (a verified decision's refit keeps its LUT's link)."""
+    results: list[FitResult] = []
+    rows: list[dict[str, Any]] = []
+    for mu in lut_cfg["smoothness"]:
+        b, res, rws = lambda_scan(A_tr, l_tr, A_val, l_val, V, lut_cfg["lambdas"], ridge=lut_cfg["ridge"], D=D,
+                                  mu=float(mu))
+        rws[b]["chosen"] = False
+        results += res
+        rows += rws
+    base = results[choose(rows)]
+    if link is not None:
+        knots = [] if link.identity else [(link.knot_ms, link.slope)]
+    else:
+        s = A_tr @ base.x
+        knots = [(float(np.quantile(s, q)), None) for q in lut_cfg["link_knots"]]
+    for knot, slope in knots:
+        f = fit_linked(A_tr, l_tr, V, base.x, base, knot, ridge=lut_cfg["ridge"], D=D if base.mu else None, slope=slope)
+        results.append(f)
+        rows.append(scan_row(f, A_tr, l_tr, A_val, l_val))
+    return results, rows
+
+
+def fit_table(space: SearchSpace, sets: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+              lut_cfg: Mapping[str, Any], exact: np.ndarray | None = None, link: Link | None = None) -> TableFit:
+    """Fit the LUT on the train set (§4 eq. linear_lat): the candidate of least lambda_val RMSE (`candidates`,
+    `choose`); `exact`: an analytic device's known table; `link`: fit under this link, held fixed. `sets` is
+    `lut.split_sets(...)`."""
     idx_tr, l_tr, _ = sets["train"]
     idx_val, l_val, _ = sets["lambda_val"]
     A_tr = design_matrix(space, idx_tr)
     A_val = design_matrix(space, idx_val)
-    V = monotonicity_matrix(space)
     n_obs = observation_counts(A_tr)
     check_coverage(space, n_obs)
     if exact is not None:
-        # FLOPs decompose exactly over layers (§7.2): the table is known, nothing to fit; the λ scan
-        # report still says how well it reproduces the profiled networks.
+        # FLOPs decompose exactly over layers (§7.2): the table is known, nothing to fit; the report still says how
+        # well it reproduces the profiled networks.
         fit = exact_result(exact)
-        best, results, rows = 0, [fit], [scan_row(fit, A_tr, l_tr, A_val, l_val, chosen=True)]
-        keep = np.ones(len(l_tr), dtype=bool)
-    else:
-        D = smoothness_matrix(space)
-        results, rows, kept = [], [], []
-        for mu in lut_cfg["smoothness"]:
-            b, res, rws, keep = robust_lambda_scan(
-                A_tr, l_tr, A_val, l_val, V, lut_cfg["lambdas"], ridge=lut_cfg["ridge"],
-                threshold=lut_cfg["outlier_threshold"], weighting=lut_cfg["weighting"], D=D, mu=float(mu),
-            )
-            rws[b]["chosen"] = False
-            results += res
-            rows += rws
-            kept += [keep] * len(res)
-        best = int(np.argmin([r["val_rmse_ms"] for r in rows]))  # first minimum: ties go to the smaller μ, λ
-        base = results[best]
-        if link is not None:
-            knots = [] if link.identity else [(link.knot_ms, link.slope)]
-        else:
-            s = A_tr[kept[best]] @ base.x
-            knots = [(float(np.quantile(s, q)), None) for q in lut_cfg.get("link_knots", [])]
-        for knot, slope in knots:
-            # the additive fit's outliers include the networks the link is for: rejection starts afresh under it (D8)
-            keep = np.ones(len(l_tr), dtype=bool)
-            for _ in range(3):
-                f = fit_linked(A_tr[keep], l_tr[keep], V, base.x, base, knot, ridge=lut_cfg["ridge"],
-                               weighting=lut_cfg["weighting"], D=D if base.mu else None, slope=slope)
-                new = inliers(A_tr, l_tr, f.predict(A_tr), lut_cfg["outlier_threshold"])
-                if np.array_equal(new, keep):
-                    break
-                keep = new
-            results.append(f)
-            rows.append(scan_row(f, A_tr, l_tr, A_val, l_val))
-            kept.append(keep)
-        if link is not None and knots:
-            best = len(rows) - 1  # the given link, held fixed
-        else:  # the additive fit unless a link lowers the lambda_val RMSE (ties go to the additive fit)
-            best = int(np.argmin([r["val_rmse_ms"] for r in rows]))
-        rows[best]["chosen"] = True
-        keep = kept[best]
-    n_obs = observation_counts(A_tr[keep])
-    return best, results, rows, keep, n_obs
+        return TableFit(fit, [scan_row(fit, A_tr, l_tr, A_val, l_val, chosen=True)], n_obs)
+    results, rows = candidates(A_tr, l_tr, A_val, l_val, monotonicity_matrix(space), smoothness_matrix(space), lut_cfg,
+                               link)
+    best = len(rows) - 1 if link is not None and not link.identity else choose(rows)
+    rows[best]["chosen"] = True
+    return TableFit(results[best], rows, n_obs)

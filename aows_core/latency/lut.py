@@ -3,7 +3,7 @@
 The latency of a network is a sum of per-layer terms (eq. lat), one *latency variable* per key
 (Θ, c_in, c_out) of the space (eq. lat_variables). Timing P networks gives A x = l (eq. linear_lat):
 row p of the sparse design matrix A counts how many edges of network p use each variable. The fit
-itself is in `latency.fit` (x ≥ 0, soft L1 hinge prior and ridge: docs/method.md D5–D8).
+itself is in `latency.fit` (x ≥ 0, soft L1 hinge prior and ridge: docs/method.md D5–D7).
 """
 
 from __future__ import annotations

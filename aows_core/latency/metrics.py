@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 
 import numpy as np
 from scipy.stats import kendalltau
@@ -30,60 +31,57 @@ def latency_metrics(pred: np.ndarray, meas: np.ndarray, tau: bool = True) -> dic
     return out
 
 
-def table_adequacy(pred: np.ndarray, meas: np.ndarray, sigma_n: float, coverage: float = 0.95) -> dict[str, object]:
-    """Is the table's held-out error timing noise or the device's non-additivity (§4, docs/method.md D34)?
-
-    ratio_low / ratio_high: the (1 − coverage)/2 and (1 + coverage)/2 quantiles of measured ÷ predicted over the
-    held-out networks, the interval a prediction of an unseen network carries; model_error: the relative RMS error
-    left after the test timings' own noise, sqrt(max(0, RMS² − σ_n²)); model_limited: RMS > 1.5 σ_n (and > 0.5 %),
-    with the message that says what it means."""
-    pred = np.asarray(pred, dtype=np.float64).ravel()
-    meas = np.asarray(meas, dtype=np.float64).ravel()
-    ratio = meas / pred
-    rms = float(np.sqrt(np.mean((ratio - 1) ** 2)))
-    lo, hi = (float(q) for q in np.quantile(ratio, [(1 - coverage) / 2, (1 + coverage) / 2]))
-    model_error = float(np.sqrt(max(0.0, rms**2 - sigma_n**2)))
-    limited = bool(rms > 1.5 * sigma_n and rms > 0.005)  # an analytic device (σ_n 0) is exact to rounding
-    message = ""
-    if limited:
-        message = (
-            f"the table's held-out error (RMS {100 * rms:.1f} %) is {rms / max(sigma_n, 1e-12):.1f}× the timing noise "
-            f"σ_n {100 * sigma_n:.1f} %: about {100 * model_error:.1f} % is the device's own non-additivity, which no "
-            f"number of repeats removes. {100 * coverage:.0f} % of held-out networks ran within "
-            f"{100 * (lo - 1):+.1f} … {100 * (hi - 1):+.1f} % of their prediction: a finalist's measured latency can "
-            f"differ from its prediction by that much, and targets closer than that are not told apart by the table"
-        )
-    return {"rel_rms": rms, "ratio_low": lo, "ratio_high": hi, "coverage": coverage, "model_error": model_error,
-            "model_limited": limited, "model_message": message}
-
-
+# 1.4826 × the median absolute deviation is the standard deviation of a normal sample: a spread robust to outliers.
+MAD_TO_SIGMA = 1.4826
+# The table is at the timing noise while its held-out relative RMS is within this many σ_n (a perfect table's RMS is
+# σ_n: each held-out timing carries that noise); beyond it, and above MIN_MODEL_ERROR, the device is not additive.
+MODEL_LIMIT = 1.5
+MIN_MODEL_ERROR = 0.005  # an analytic device (σ_n 0) is exact to rounding
 # A quarter of the held-out squared error in networks slower than every retested one: their noise is unmeasured.
 REACH_SHARE = 0.25
 
 
-def retest_reach(pred: np.ndarray, meas: np.ndarray, retested_ms: np.ndarray, unit: str = "ms") -> dict[str, object]:
-    """How much of the held-out error (squared, as NRMSE weighs it) sits in networks slower than every retested one,
-    whose timing noise σ_n does not measure (docs/method.md D39): retest_reach_ms, beyond_retest (networks),
-    error_beyond_retest (share), and the message when that share is ≥ REACH_SHARE."""
+def adequacy(pred: np.ndarray, meas: np.ndarray, sigma_n: float, retested_ms: np.ndarray, noise_message: str = "",
+             unit: str = "ms", coverage: float = 0.95) -> dict[str, Any]:
+    """One report on what the table's held-out error means (§4, §7; docs/method.md "Is the table good enough?"):
+    the noise (σ_n, and the noise gate's `noise_message` when the session failed it), the error beyond the noise
+    (`model_error` = sqrt(max(0, RMS² − σ_n²)) of measured ÷ predicted, and the interval [ratio_low, ratio_high]
+    that `coverage` of held-out networks fall in), the reach of the retest pairs (`error_beyond_retest`: the share of
+    the squared error in networks slower than every retested one, whose own noise σ_n does not measure), a
+    `verdict` — too_noisy, model_limited or at_noise — and one `message` that says what it means and what to do."""
     pred = np.asarray(pred, dtype=np.float64).ravel()
     meas = np.asarray(meas, dtype=np.float64).ravel()
     retested_ms = np.asarray(retested_ms, dtype=np.float64).ravel()
-    out: dict[str, object] = {"retest_reach_ms": None, "beyond_retest": 0, "error_beyond_retest": 0.0,
-                              "reach_message": ""}
-    if retested_ms.size == 0 or meas.size == 0:
-        return out
-    reach = float(retested_ms.max())
-    beyond = meas > reach
+    ratio = meas / pred
+    rms = float(np.sqrt(np.mean((ratio - 1) ** 2)))
+    lo, hi = (float(q) for q in np.quantile(ratio, [(1 - coverage) / 2, (1 + coverage) / 2]))
+    model_error = float(np.sqrt(max(0.0, rms**2 - sigma_n**2)))
+    reach = float(retested_ms.max()) if retested_ms.size else None
+    beyond = meas > reach if reach is not None else np.zeros(meas.size, dtype=bool)
     sq = (pred - meas) ** 2
     share = float(sq[beyond].sum() / sq.sum()) if sq.sum() > 0 else 0.0
-    out.update(retest_reach_ms=reach, beyond_retest=int(beyond.sum()), error_beyond_retest=share)
-    if share >= REACH_SHARE:
-        out["reach_message"] = (
-            f"{int(beyond.sum())} of {meas.size} held-out networks ran slower than every retested one (> {reach:.3g} {unit}) "
-            f"and carry {100 * share:.0f} % of the held-out squared error: their own timing noise is not in σ_n, so "
-            f"part of the table's error there may be timing rather than the device (docs/method.md D39); more retest "
-            f"pairs (profiling.retest) would measure it")
-    return out
+    interval = (f"{100 * coverage:.0f} % of held-out networks ran within {100 * (lo - 1):+.1f} … {100 * (hi - 1):+.1f} % "
+                f"of their prediction")
+    if noise_message:
+        verdict, message = "too_noisy", f"{noise_message} {interval}."
+    elif rms > MODEL_LIMIT * sigma_n and rms > MIN_MODEL_ERROR:
+        verdict = "model_limited"
+        message = (f"the table's held-out error (RMS {100 * rms:.1f} %) is {rms / max(sigma_n, 1e-12):.1f}× the timing "
+                   f"noise σ_n {100 * sigma_n:.1f} %: about {100 * model_error:.1f} % is the device's own "
+                   f"non-additivity, which no number of repeats removes. {interval}: targets closer than that are "
+                   "not told apart by the table, and the decisions are timed on the device before they are kept "
+                   "(verify).")
+        if share >= REACH_SHARE:
+            message += (f" {int(beyond.sum())} held-out networks slower than every retested one (> {reach:.3g} {unit}) "
+                        f"carry {100 * share:.0f} % of that error: their own timing noise is not in σ_n; more retest "
+                        "pairs (profiling.retest) would measure it.")
+    else:
+        verdict = "at_noise"
+        message = (f"the table's held-out error (RMS {100 * rms:.1f} %) is within {MODEL_LIMIT} σ_n "
+                   f"({100 * sigma_n:.1f} %): as good as the timings allow. {interval}.")
+    return {"verdict": verdict, "message": message, "sigma_n": float(sigma_n), "rel_rms": rms,
+            "model_error": model_error, "ratio_low": lo, "ratio_high": hi, "coverage": coverage,
+            "retest_reach_ms": reach, "beyond_retest": int(beyond.sum()), "error_beyond_retest": share}
 
 
 def flops_baseline(flops_train: np.ndarray, l_train: np.ndarray) -> float:

@@ -70,5 +70,4 @@ def refit_with(space: SearchSpace, sets: Mapping[str, tuple[np.ndarray, np.ndarr
     vl = np.array(list(timed.values()), dtype=np.float64)
     train = (np.concatenate([idx_tr] + [vi] * weight), np.concatenate([l_tr] + [vl] * weight),
              np.concatenate([ids_tr] + [np.full(len(vl), -1, dtype=ids_tr.dtype)] * weight))
-    best, results, _, _, _ = fit_table(space, {**sets, "train": train}, lut_cfg, link=link)
-    return results[best].x
+    return fit_table(space, {**sets, "train": train}, lut_cfg, link=link).fit.x

@@ -18,8 +18,7 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
     `verify.max_rounds` > 0 and the device is not analytic; returns the rows and the decisions' `verification`
     metadata (per target: converged, its verified table `lut`, and the trace of verify_decision)."""
     from .. import artifacts
-    from ..latency.calm import fit_sets
-    from ..latency.lut import columns_of
+    from ..latency.lut import columns_of, split_sets
     from ..latency.protocol import MeasureError
     from ..search.link import Link
     from ..search.targets import resolve_target
@@ -39,7 +38,7 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
     from ..latency.verify import refit_with, verify_decision
     from .measure import check_session
 
-    sets, _ = fit_sets(space, columns_of(ltable), config["lut"])  # the rows `fit-lut` fitted on (D43)
+    sets = split_sets(space, columns_of(ltable))  # the rows `fit-lut` fitted on
     # the LUT's own smoothness weight (D38) and link (D39): a refit moves the table around the verified networks, not
     # its prior
     lut_cfg = {**config["lut"], "smoothness": [float(tmeta.get("smoothness", 0.0))]}
@@ -76,17 +75,15 @@ def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, devi
 def _timer(dev: Any, space: SearchSpace, protocol: Mapping[str, Any], lmeta: Mapping[str, Any], seed: int,
            rounds: int) -> Callable[[Sequence[int]], float]:
     """A network's latency as `measure` gives it: median over `rounds` of the profiling protocol's timing, corrected
-    to the LUT's reference baseline and large-reference ratio (§7, D24, D27, D41; the profile's stretch is not
-    transferred, D40)."""
-    from ..latency.protocol import correct, measure_plan, reference_config, time_jobs
+    to the LUT's reference baseline (§7, D24, D27)."""
+    from ..latency.protocol import correct, measure_plan, time_jobs
 
-    ref, baseline, first = reference_config(space), float(lmeta["reference_baseline"]), [int(lmeta["next_job"])]
+    baseline, first = float(lmeta["reference_baseline"]), [int(lmeta["next_job"])]
 
     def time_network(channels: Sequence[int]) -> float:
-        jobs = measure_plan([channels], ref, rounds, seed, False, first[0], paired=protocol["pairing"] == "paired")
+        jobs = measure_plan([channels], rounds, seed, False, first[0])
         first[0] = jobs[-1].job + 1
-        timed, _ = correct(time_jobs(dev, jobs, protocol, space), protocol["pairing"], baseline,
-                           lmeta.get("large_reference_ratio"))
+        timed, _ = correct(time_jobs(dev, jobs, protocol, space), baseline)
         return float(np.median([r["latency_ms"] for r in timed if r["role"] == "finalist"]))
 
     return time_network

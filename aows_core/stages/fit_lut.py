@@ -23,16 +23,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, device: str) -> dict[str, Any]:
-    """Fit the LUT on the train set, choosing λ on lambda_val only (§4 eq. linear_lat + soft prior, D5–D8)."""
+    """Fit the LUT on the train set, choosing λ, μ and the link on lambda_val only (§4 eq. linear_lat + soft prior,
+    D5–D7, D38, D39)."""
     from .. import artifacts
     from ..config import space_from_config
     from ..latency import fit, lut
-    from ..latency.calm import exclusion_note, fit_sets
 
     latency = inputs["latency"]
     space = space_from_config(config)
     table, lmeta = artifacts.read_latency(latency, space, device)
-    sets, calm = fit_sets(space, lut.columns_of(table), config["lut"])
+    sets = lut.split_sets(space, lut.columns_of(table))
     l_tr, l_val = sets["train"][1], sets["lambda_val"][1]
     if len(l_tr) == 0 or len(l_val) == 0:
         raise artifacts.ArtifactError(f"{latency}: needs train and lambda_val rows; found {len(l_tr)} and {len(l_val)}")
@@ -41,8 +41,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         from ..devices.flops import variable_macs
 
         exact = variable_macs(space) * lmeta["device_spec"].get("batch_size", 1) / 1e6
-    best, results, rows, keep, n_obs = fit.fit_table(space, sets, config["lut"], exact=exact)
-    chosen = results[best]
+    table_fit = fit.fit_table(space, sets, config["lut"], exact=exact)
+    chosen, rows, row = table_fit.fit, table_fit.rows, table_fit.row
     meta = artifacts.provenance(
         space,
         device,
@@ -56,32 +56,23 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         sigma_n=lmeta["sigma_n"],
         pairing=lmeta["pairing"],
         too_noisy=lmeta["too_noisy"],
-        rounds=lmeta["rounds"],
-        rounds_stopped=lmeta["rounds_stopped"],
         lam=chosen.lam,
         smoothness=chosen.mu,
         link=chosen.link.to_meta(),
         ridge=config["lut"]["ridge"],
         n_train=int(len(l_tr)),
-        n_outliers=int((~keep).sum()),
-        outlier_threshold=config["lut"]["outlier_threshold"],
         n_lambda_val=int(len(l_val)),
-        disturbed=calm,
-        disturbed_note=exclusion_note(calm),
         n_inequalities=int(lut.monotonicity_matrix(space).shape[0]),
-        train_rmse_ms=rows[best]["train_rmse_ms"],
-        val_rmse_ms=rows[best]["val_rmse_ms"],
-        val_nrmse=rows[best]["val_nrmse"],
-        weighting=config["lut"]["weighting"],
-        formulation=("min ||W(Ax - l)||^2 + lam*||max(Vx, 0)||_1 + ridge*||x||^2 s.t. x >= 0 (OSQP, residual form; "
-                     + ("W = diag(median(l)/l))" if config["lut"]["weighting"] == "relative" else "W = I)")),
+        train_rmse_ms=row["train_rmse_ms"],
+        val_rmse_ms=row["val_rmse_ms"],
+        val_nrmse=row["val_nrmse"],
+        formulation=("latency = g(Ax); min ||Ax - l||^2 + lam*||max(Vx, 0)||_1 + mu*||Dx||^2 + ridge*||x||^2 "
+                     "s.t. x >= 0 (OSQP, residual form)"),
     )
-    artifacts.write_records(lut.lut_records(space, chosen.x, n_obs), outputs["out"], "lut", meta)
+    artifacts.write_records(lut.lut_records(space, chosen.x, table_fit.n_obs), outputs["out"], "lut", meta)
     artifacts.write_records(rows, outputs["report"], "lut_fit",
-                            {k: meta[k] for k in ("space_hash", "device", "unit", "aows_version", "rounds", "rounds_stopped")})
-    return {"lambda": chosen.lam, "link": meta["link"],
-            **{k: rows[best][k] for k in ("train_rmse_ms", "val_rmse_ms", "val_nrmse")},
-            "rounds": meta["rounds"], "rounds_stopped": meta["rounds_stopped"], "disturbed_note": meta["disturbed_note"]}
+                            {k: meta[k] for k in ("space_hash", "device", "unit", "aows_version")})
+    return {"lambda": chosen.lam, "link": meta["link"], **{k: row[k] for k in ("train_rmse_ms", "val_rmse_ms", "val_nrmse")}}
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
@@ -89,8 +80,3 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
     if r["link"]:
         print(f"  networks above {r['link']['knot_ms']:.4g} (additive) cost {1 + r['link']['slope']:.3g}× their layers' "
               f"sum beyond it: the link g of docs/method.md D39 (lut.link_knots)")
-    print(f"  {r['disturbed_note']}")
-    if r["rounds"]:
-        print(f"  profiled in {len(r['rounds'])} rounds (" + ", ".join(
-            f"{h['train_networks']} networks" + ("" if h["val_nrmse"] is None else f": {100 * h['val_nrmse']:.2f} %")
-            for h in r["rounds"]) + f"); {r['rounds_stopped']}")

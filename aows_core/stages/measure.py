@@ -86,9 +86,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from .. import artifacts
     from ..config import space_from_config, stage_settings
     from ..devices import get_device
-    from ..latency.lut import columns_of
     from ..latency.protocol import MeasureError, finalist_rows, measure_plan, reference_config, time_jobs
-    from ..latency.recheck import agreement_note, recheck_networks
     from ..training.loop import progress_bar
 
     device_name, latency, lut_path = device, inputs["latency"], inputs["lut"]
@@ -107,10 +105,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
             raise MeasureError(f"{latency} used reference {lmeta.get('reference_channels')}, not {ref}; profile again")
         if job_offset is None:
             job_offset = int(lmeta["next_job"])
-        paired = protocol["pairing"] == "paired"
-        recheck = [] if dev.analytic else recheck_networks(columns_of(ltable), int(settings["recheck"]))
-        jobs = measure_plan(nets, ref, int(settings["rounds"]), seed, dev.analytic, job_offset, paired=paired,
-                            recheck=[c for c, _ in recheck])
+        jobs = measure_plan(nets, int(settings["rounds"]), seed, dev.analytic, job_offset)
         bar = progress_bar(progress, total=len(jobs), desc=f"measure {device_name}", unit="net")
         try:
             rows = time_jobs(dev, jobs, protocol, space, on_step=lambda: bar.update(1))
@@ -120,10 +115,9 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         dev.close()
 
     baseline = float(lmeta["reference_baseline"]) if not dev.analytic else float("nan")
-    out_rows, session_baseline, noise, agreement = finalist_rows(
-        finalists, rows, nets, baseline, dev.analytic, device_name, match, pairing=protocol["pairing"],
-        max_noise=float(lmeta["max_noise"]), lut_too_noisy=bool(lmeta["too_noisy"]), recheck=recheck,
-        sigma_n=float(lmeta.get("sigma_n") or 0.0), large_ratio=lmeta.get("large_reference_ratio"))
+    out_rows, session_baseline, noise = finalist_rows(
+        finalists, rows, nets, baseline, dev.analytic, device_name, match,
+        max_noise=float(lmeta["max_noise"]), lut_too_noisy=bool(lmeta["too_noisy"]))
     meta = artifacts.provenance(
         space,
         device_name,
@@ -143,15 +137,9 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         reference_channels=ref,
         reference_baseline=baseline,
         session_reference_baseline=session_baseline,
-        pairing=protocol["pairing"],
-        large_reference_ratio=lmeta.get("large_reference_ratio"),
-        correction=("corrected = stat(network) / stat(alternating reference) × reference_baseline(LUT), then the "
-                    "large reference's correction at the LUT's large_reference_ratio, as in profiling (D27, D41)" if protocol["pairing"] == "paired" else
-                    "corrected = raw × reference_baseline(LUT) / ref(job); ref = running median of the reference "
-                    "series interpolated over job order (as in profiling)"),
-        recheck_networks=[{"channels": list(c), "profiled_ms": v} for c, v in recheck],
-        agreement=agreement,
-        agreement_message=None if dev.analytic else agreement_note(agreement),
+        pairing="analytic" if dev.analytic else "paired",
+        correction=("counted, not timed" if dev.analytic else "corrected = stat(network) / stat(alternating reference) "
+                    "× reference_baseline(LUT), as in profiling (D27)"),
         round_noise=noise,
         max_noise=float(lmeta["max_noise"]),
         lut_too_noisy=bool(lmeta["too_noisy"]),
@@ -189,8 +177,3 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
               f"{100 * r['rel_error']:+7.2f}%  {'yes' if r['meets_target_measured'] else 'NO'}"
               f"{'' if r['fingerprint_match'] else '  (fingerprint differs from the LUT)'}"
               f"{'  (device too noisy)' if r['too_noisy'] else ''}")
-    from .. import artifacts
-
-    message = artifacts.read_table(args.out, "measure")[1].get("agreement_message")
-    if message:
-        print(f"  {message}")

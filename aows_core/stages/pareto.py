@@ -94,14 +94,9 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         lut_quality["lut_sigma_n"] = vmeta.get("sigma_n")
         lut_quality["lut_too_noisy"] = vmeta.get("too_noisy")
         lut_quality["noise_message"] = vmeta.get("noise_message")
-        lut_quality.update({f"lut_{k}": vmeta.get(k) for k in ("ratio_low", "ratio_high", "model_error",
-                                                               "model_limited", "model_message", "speed_message",
-                                                               "reach_message", "test_disturbed",
-                                                               "disturbed_message")})
+        lut_quality["lut_adequacy"] = vmeta.get("adequacy")  # one report on the table's error (validate-lut)
     meta = artifacts.provenance(space, device, **lut_quality,
                                 unit=rows[0]["unit"], fingerprint=mmeta.get("fingerprint"),
-                                measure_agreement=mmeta.get("agreement"),
-                                measure_agreement_message=mmeta.get("agreement_message"),
                                 measured="median over rounds, corrected to the LUT's reference baseline",
                                 interval="Wilson score 95 % (one seed) or t-interval over seeds",
                                 kendall_tau_sum_delta=taus["-sum_delta"], kendall_tau_supernet_acc=taus["supernet_acc"],
@@ -143,6 +138,6 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
     print(summary_markdown(rows))
     meta = artifacts.read_table(Path(args.out).with_suffix(".parquet"), "pareto")[1]
-    for message in (meta.get("measure_agreement_message"), meta.get("comparison_message"), meta.get("ranking_message")):
+    for message in (meta.get("comparison_message"), meta.get("ranking_message")):
         if message:
             print(message)

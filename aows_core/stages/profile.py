@@ -90,129 +90,101 @@ def profile_session(
     progress: bool = True,
     stop_after: int | None = None,
     targets: Sequence[str] = (),
-    lut_cfg: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Time every configuration on the device under the protocol (§4, D3, D4, D27); time again the jobs disturbed
-    while timed (within `retime`); with `lut_cfg`, fit between rounds and time more coverage-biased networks until
-    the λ-validation error reaches the noise floor or stops improving (supp. A, D28); apply the noise gate against
-    `targets`. Resumable at any job; writes the latency artifact."""
+    """Time every configuration on the device under the protocol (§4, D4, D27), then time again the jobs disturbed
+    while timed (within `retime`); apply the noise gate against `targets`. Resumable at any job; writes the latency
+    artifact."""
     from .. import artifacts
     from ..devices import get_device
-    from ..latency.protocol import (Job, correct_profile, disturbed, disturbed_mask, large_ratio_of, noise_gate,
-                                    number_jobs, plan_hash, profile_plan, reference_config, reference_instability,
-                                    retest_noise)
-    from ..latency.rounds import next_round, round_error, stop_reason
+    from ..latency.protocol import plan_hash, profile_plan
 
     configs, cmeta = artifacts.read_configs(configs_path, space)
     device = get_device(dict(device_spec), space, seed)
     fingerprint = device.fingerprint()
     plan = profile_plan(space, configs, protocol, seed, device.analytic)
-    max_rounds = 1 if device.analytic or lut_cfg is None else int(protocol["max_rounds"])
-    header = {"plan": plan_hash(plan, {**protocol, "max_rounds": max_rounds}, fingerprint, space),
-              "fingerprint": fingerprint, "space": space.hash}
+    header = {"plan": plan_hash(plan, protocol, fingerprint, space), "fingerprint": fingerprint, "space": space.hash}
     journal = artifacts.Journal(Path(resume_dir) / f"profile_{device_name}.jsonl", header, protocol["checkpoint_every"])
-    t0 = journal.rows[0]["t_abs"] if journal.rows else time.time()
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(plan), initial=len(journal.rows), desc=f"profile {device_name}", unit="net", smoothing=0.05)
     sess = _Session(journal, device, protocol, space, bar, stop_after)
-    pairing = "paired" if sess.pairing.reference is not None else "interpolated"
-    ref = reference_config(space)
-    round_of = {j.job: 0 for j in plan}
-    history: list[dict[str, Any]] = []
-    stopped, threshold = "", math.inf
     session_start = time.perf_counter()
     try:
-        complete, todo = sess.run(plan), plan
-        next_id = max((j.config_id for j in plan), default=-1) + 1
-        while complete:
-            rows, _, _ = correct_profile(sess.rows(), pairing, protocol["stretch"])
-            threshold = _threshold(protocol, targets, rows, device.analytic)
-            if pairing == "paired":  # this round's disturbed jobs, timed again (D27)
-                mine = {j.job for j in todo}
-                again = disturbed([r for r in rows if r["job"] in mine], math.ceil(protocol["retime"] * len(todo)))
-                first = len(sess.jobs)
-                retime = [Job(first + k, "retime", r["config_id"], tuple(r["channels"]), r["set"])
-                          for k, r in enumerate(again)]
-                complete = sess.run(retime, {j.job: r["job"] for j, r in zip(retime, again)})
-                if not complete:
-                    break
-                rows, _, _ = correct_profile(sess.rows(), pairing, protocol["stretch"])
-            if max_rounds == 1:
-                break
-            err, n_train = round_error(space, rows, lut_cfg)
-            history.append({"round": len(history), "train_networks": n_train, "val_nrmse": err,
-                            "sigma_n": retest_noise(rows)["sigma_n"], "jobs": len(sess.jobs)})
-            stopped = stop_reason(history, history[-1]["sigma_n"], max_rounds, protocol["min_improvement"]) or ""
-            if stopped:
-                break
-            k = len(history)
-            timed = [r["channels"] for r in rows if r["role"] == "sample" and r["set"] == "train"]
-            new = next_round(space, timed, protocol["round_coverage"], seed, k)
-            items = [("sample", next_id + i, tuple(space.channels_of(c)), "train") for i, c in enumerate(new)]
-            next_id += len(items)
-            todo = number_jobs(items, len(sess.jobs), protocol, ref, pairing == "interpolated")
-            round_of.update({j.job: k for j in todo})
-            complete = sess.run(todo)
+        complete = sess.run(plan) and sess.run(*_retime(sess, protocol))
     finally:
         journal.close()
         if bar is not None:
             bar.close()
-    wall = time.perf_counter() - session_start
     if not complete:
         return {"complete": False, "done": len(journal.rows), "total": len(sess.jobs)}
-    timed_s = sum(r["timed_s"] for r in journal.rows)
-    overhead = sum(r["overhead_s"] for r in journal.rows)
-    rows, baseline, stretch = correct_profile(sess.rows(), pairing, protocol["stretch"] and not device.analytic)
+    res = _write(sess, space, device_name, device_spec, protocol, seed, targets, cmeta, out_path,
+                 time.perf_counter() - session_start)
+    journal.remove()  # a forced rerun times every network again
+    return res
+
+
+def _retime(sess: _Session, protocol: Mapping[str, Any]) -> tuple[list, dict[int, int]]:
+    """The jobs disturbed while timed, to time again (D27): at most `retime` × the session's jobs, most disturbed
+    first (none on an analytic device); with the job each re-times."""
+    from ..latency.protocol import Job, correct, disturbed
+
+    if sess.device.analytic:
+        return [], {}
+    rows, _ = correct(sess.rows())
+    again = disturbed(rows, math.ceil(protocol["retime"] * len(rows)))
+    first = len(sess.jobs)
+    jobs = [Job(first + k, "retime", r["config_id"], tuple(r["channels"]), r["set"]) for k, r in enumerate(again)]
+    return jobs, {j.job: r["job"] for j, r in zip(jobs, again)}
+
+
+def _write(sess: _Session, space: SearchSpace, device_name: str, device_spec: Mapping[str, Any],
+           protocol: Mapping[str, Any], seed: int, targets: Sequence[str], cmeta: Mapping[str, Any],
+           out_path: str | os.PathLike, wall: float) -> dict[str, Any]:
+    """The latency artifact of a finished session: every job corrected (D27), σ_n and the noise gate."""
+    from .. import artifacts
+    from ..latency.protocol import correct, noise_gate, reference_config, retest_noise
+
+    device, journal = sess.device, sess.journal
+    rows, baseline = correct(sess.rows())
     noise = retest_noise(rows) if not device.analytic else retest_noise([])
-    gate = noise_gate(noise["sigma_n"], reference_instability(rows, pairing), threshold, pairing)
+    gate = noise_gate(noise["sigma_n"], _threshold(protocol, targets, rows, device.analytic))
+    t0 = journal.rows[0]["t_abs"]
     for r in rows:
         r["t_start_s"] = r["t_abs"] - t0
-        r["round"] = round_of[r["job"]]
     n_retimed = sum(r["role"] == "retime" for r in journal.rows)
-    columns = {k: [r[k] for r in rows] for k in ("role", "ratio_spread", "latency_ms")}
-    n_disturbed = int(disturbed_mask(columns)[0].sum())
     meta = artifacts.provenance(
         space.to_dict(),
         device_name,
         space_name=space.name,
         space_hash=space.hash,
         device_spec=dict(device_spec),
-        fingerprint=fingerprint,
+        fingerprint=device.fingerprint(),
         unit=f"{device.unit} per forward of a batch of {device_spec.get('batch_size', 1)} images",
         unit_short=device.unit,
         analytic=device.analytic,
-        protocol=dict(protocol),
+        protocol={**protocol, "pairing": "paired"},  # the protocol later sessions must share (D27)
         statistic=protocol["statistic"],
-        pairing=pairing,
+        pairing="analytic" if device.analytic else "paired",
         seed=seed,
-        reference_channels=ref,
+        reference_channels=reference_config(space),
         reference_baseline=baseline,
-        large_reference_channels=None if sess.pairing.large is None else list(sess.pairing.large),
-        large_reference_ratio=large_ratio_of(rows),
         configs_sampler=cmeta.get("sampler"),
-        timed_s=timed_s,
-        overhead_s=overhead,
+        timed_s=sum(r["timed_s"] for r in journal.rows),
+        overhead_s=sum(r["overhead_s"] for r in journal.rows),
         session_wall_s=wall,
         retimed=n_retimed,
-        disturbed=n_disturbed,
-        stretch=stretch,
-        rounds=history,
-        rounds_stopped=stopped,
         next_job=len(sess.jobs),
         targets=list(targets),
         **noise,
         **gate,
     )
     artifacts.write_records(rows, out_path, "latency", meta)
-    journal.remove()  # a forced rerun times every network again
     if gate["too_noisy"]:
-        warnings.warn(f"{device_name}: {gate['noise_message']}", stacklevel=2)
+        warnings.warn(f"{device_name}: {gate['noise_message']}", stacklevel=3)
     return {"complete": True, "done": len(rows), "total": len(sess.jobs), **noise, **gate, "retimed": n_retimed,
-            "disturbed": n_disturbed,
-            "rounds": history, "rounds_stopped": stopped, "reference_baseline": baseline, "stretch": stretch}
+            "reference_baseline": baseline}
 
 
 def _threshold(protocol: Mapping[str, Any], targets: Sequence[str], rows: list[dict], analytic: bool) -> float:
@@ -237,37 +209,20 @@ def _threshold(protocol: Mapping[str, Any], targets: Sequence[str], rows: list[d
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, device: str,
         resume_dir: str = "results/.resume", progress: bool = True, stop_after: int | None = None) -> dict[str, Any]:
     """Profile the sampled configurations on `device` with the config's protocol (§4)."""
-    from ..config import aows_targets, device_targets, space_from_config, stage_settings, validate
+    from ..config import aows_targets, device_targets, space_from_config, stage_settings
 
     spec = stage_settings(config, "profile", device)["devices"][device]
     targets = sorted(set(device_targets(config, device)) | set(aows_targets(config, device)))
     return profile_session(
         space_from_config(config), device, spec, inputs["configs"], outputs["out"], resume_dir, config["profiling"],
         config["seed"], progress=progress, stop_after=stop_after, targets=targets,
-        lut_cfg=validate({})["lut"],  # rounds stop on the default fit: a change of `lut` settings refits, never re-times
     )
-
-
-def stretch_note(s: Mapping[str, Any]) -> str:
-    """One line on the host's stretch (D37): β with its standard error and whether the timings were corrected."""
-    head = f"host stretch β = {s['beta']:+.3f} ± {s['beta_se']:.3f} over {s['pairs']} retest pairs"
-    return head + (f", h ∈ [{s['h_low']:+.3f}, {s['h_high']:+.3f}]: timings expressed at the baseline's host state "
-                   "(docs/method.md D37)" if s["applied"] else ": does not resolve, timings left as paired")
 
 
 def report(res: dict[str, Any], args: argparse.Namespace) -> None:
     if res["complete"]:
-        print(f"wrote {args.out}: {res['done']} timings ({res['retimed']} timed again: disturbed; "
-              f"{res['disturbed']} still disturbed for their latency, fitted unless lut.exclude_disturbed: "
-              "docs/method.md D43); "
+        print(f"wrote {args.out}: {res['done']} timings ({res['retimed']} timed again: disturbed while timed); "
               f"σ_n = {100 * res['sigma_n']:.2f} % over {res['retest_pairs']} retest pairs")
-        for h in res["rounds"]:
-            err = "— (not every variable timed yet)" if h["val_nrmse"] is None else f"{100 * h['val_nrmse']:.2f} %"
-            print(f"  round {h['round']}: {h['train_networks']} training networks, λ-validation NRMSE {err}")
-        if res["rounds_stopped"]:
-            print(f"  stopped: {res['rounds_stopped']}")
-        if res.get("stretch"):
-            print(f"  {stretch_note(res['stretch'])}")
         if res["too_noisy"]:
             print(f"WARNING: {res['noise_message']}")
     else:

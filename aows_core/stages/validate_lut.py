@@ -32,9 +32,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from ..config import space_from_config
     from ..devices.flops import network_macs
     from ..latency import lut
-    from ..latency.calm import held_out
-    from ..latency.metrics import latency_metrics, retest_reach, table_adequacy, validation_rows
-    from ..latency.protocol import speed_dependent_noise
+    from ..latency.metrics import adequacy, validation_rows
     from ..search.link import Link
 
     latency, lut_path = inputs["latency"], inputs["lut"]
@@ -49,7 +47,6 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     cols = lut.columns_of(table)
     sets = lut.split_sets(space, cols)
     idx_te, l_te, ids_te = sets["test"]
-    disturbed, limit = held_out(cols)
     idx_tr, l_tr, _ = sets["train"]
     if len(l_te) == 0:
         raise artifacts.ArtifactError(f"{latency}: has no test rows to validate on")
@@ -57,27 +54,11 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     flops_tr = np.array([network_macs(space, space.channels_of(k)) for k in idx_tr])
     flops_te = np.array([network_macs(space, space.channels_of(k)) for k in idx_te])
     rows, m_lut, m_flops, a, base = validation_rows(pred, l_te, flops_tr, l_tr, flops_te)
-    noise = {k: lmeta[k] for k in ("sigma_n", "retest_pairs", "retest_within_5pct", "retest_within_10pct", "pairing",
-                                   "max_noise", "reference_instability", "too_noisy", "noise_message", "retimed")}
-    adequacy = table_adequacy(pred, l_te, float(lmeta["sigma_n"] or 0.0))
-    by_speed = lmeta.get("sigma_n_by_speed")  # absent in latency files written before D34
-    noise["retest_nrmse"] = lmeta.get("retest_nrmse")  # absent before D39
-    adequacy.update(sigma_n_by_speed=by_speed, speed_message=speed_dependent_noise(by_speed))
-    retested = np.asarray(cols["role"]) == "retest"
-    adequacy.update(retest_reach(pred, l_te, np.asarray(cols["latency_ms"], dtype=np.float64)[retested], lmeta["unit"]))
-    calm = ~disturbed
-    if disturbed.any() and calm.sum() >= 2:  # the table on the held-out networks timed undisturbed (D43)
-        m_calm = latency_metrics(pred[calm], l_te[calm])
-        rows.append({"model": "lut_calm", "n": int(calm.sum()), **m_calm})
-        c = table_adequacy(pred[calm], l_te[calm], float(lmeta["sigma_n"] or 0.0))
-        # the table's own error is judged where the host left the timings alone; the interval stays every network's
-        adequacy.update(calm_rel_rms=c["rel_rms"], model_error=c["model_error"], model_limited=c["model_limited"],
-                        model_message=(f"on the {int(calm.sum())} held-out networks timed calm, " + c["model_message"]
-                                       if c["model_limited"] else ""),
-                        disturbed_message=disturbed_note(
-                            int(disturbed.sum()), len(l_te), limit, m_calm, c["rel_rms"], float(lmeta["sigma_n"] or 0.0),
-                            latency_metrics(pred[disturbed], l_te[disturbed], tau=False)["nrmse"]))
-    adequacy.update(test_disturbed=int(disturbed.sum()), disturbed_limit=limit if np.isfinite(limit) else None)
+    noise = {k: lmeta.get(k) for k in ("sigma_n", "retest_pairs", "retest_within_5pct", "retest_within_10pct",
+                                       "retest_nrmse", "max_noise", "too_noisy", "noise_message", "retimed")}
+    retested = np.asarray(cols["latency_ms"], dtype=np.float64)[np.asarray(cols["role"]) == "retest"]
+    verdict = adequacy(pred, l_te, float(lmeta["sigma_n"] or 0.0), retested, lmeta.get("noise_message") or "",
+                       lmeta.get("unit_short", "ms"))
     meta = artifacts.provenance(
         space,
         device,
@@ -86,8 +67,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         lam=tmeta.get("lam"),
         link=tmeta.get("link"),
         flops_ms_per_mmac=float(a),
+        adequacy=verdict,
         **noise,
-        **adequacy,
     )
     artifacts.write_records(rows, outputs["out"], "lut_validation", meta)
     predictions = {
@@ -96,21 +77,10 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         "measured_ms": l_te.tolist(),
         "predicted_ms": pred.tolist(),
         "flops_baseline_ms": base.tolist(),
-        "disturbed": disturbed.tolist(),
     }
     artifacts.write_records(predictions, outputs["predictions"], "lut_predictions", meta)
-    artifacts.save_figure(report.lut_validation(l_te, pred, base, meta, disturbed), outputs["plot"])
-    return {"lut": m_lut, "flops_proportional": m_flops, **noise, **adequacy}
-
-
-def disturbed_note(n_disturbed: int, n: int, limit: float, m_calm: Mapping[str, float], calm_rms: float,
-                   sigma_n: float, nrmse_disturbed: float) -> str:
-    """The held-out networks timed while the host disturbed them, and the table on them and on the others (D43)."""
-    return (f"{n_disturbed} of {n} held-out networks were timed while the host disturbed them (chunk ratios spread "
-            f"> 3× those of the networks of their latency, median limit {100 * limit:.1f} %, after re-timing): NRMSE "
-            f"{100 * nrmse_disturbed:.2f} % on them. On the {n - n_disturbed} timed calm: NRMSE "
-            f"{100 * m_calm['nrmse']:.2f} %, relative RMS {100 * calm_rms:.2f} % ({calm_rms / max(sigma_n, 1e-12):.2f} "
-            f"σ_n), {100 * m_calm['within_10pct']:.1f} % within ±10 %, Kendall τ {m_calm['kendall_tau']:.3f}")
+    artifacts.save_figure(report.lut_validation(l_te, pred, base, meta), outputs["plot"])
+    return {"lut": m_lut, "flops_proportional": m_flops, **noise, "adequacy": verdict}
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
@@ -122,13 +92,5 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
         + ("" if r["retest_nrmse"] is None else f" (as NRMSE: {100 * r['retest_nrmse']:.2f} %)")
         + f", retest pairs within ±10 %: {100 * (r['retest_within_10pct'] or 0):.1f} %"
     )
-    if r["too_noisy"]:
-        print(f"WARNING: {r['noise_message']}")
-    if r["model_limited"]:
-        print(f"NOTE: {r['model_message']}")
-    if r["speed_message"]:
-        print(f"NOTE: {r['speed_message']}")
-    if r["reach_message"]:
-        print(f"NOTE: {r['reach_message']}")
-    if r.get("disturbed_message"):
-        print(f"NOTE: {r['disturbed_message']}")
+    word = {"too_noisy": "WARNING", "model_limited": "NOTE"}.get(r["adequacy"]["verdict"], "")
+    print(f"{word + ': ' if word else ''}{r['adequacy']['message']}")

@@ -42,10 +42,11 @@ def test_colours_and_markers_name_every_method():
 def test_lut_validation_figure(tmp_path):
     meas = np.array([1.0, 2.0, 3.0])
     _figure(report.lut_validation(meas, meas * 1.05, meas * 0.9, {"device": "cpu", "unit": "ms", "sigma_n": 0.01}), tmp_path)
-    noisy = report.lut_validation(meas, meas, meas, {"device": "cpu", "unit": "ms", "sigma_n": 0.2, "too_noisy": True})
+    noisy = report.lut_validation(meas, meas, meas, {"device": "cpu", "unit": "ms", "sigma_n": 0.2,
+                                                     "adequacy": {"verdict": "too_noisy"}})
     assert any("TOO NOISY" in t.get_text() for t in noisy.axes[0].texts)
-    limited = report.lut_validation(meas, meas * 1.1, meas, {"device": "cpu", "unit": "ms", "sigma_n": 0.01,
-                                                            "model_limited": True, "ratio_low": 0.9, "ratio_high": 1.2})
+    limited = report.lut_validation(meas, meas * 1.1, meas, {"device": "cpu", "unit": "ms", "sigma_n": 0.01, "adequacy": {
+        "verdict": "model_limited", "ratio_low": 0.9, "ratio_high": 1.2}})
     assert any("beyond the noise" in t.get_text() and "+20.0" in t.get_text() for t in limited.axes[0].texts)
 
 

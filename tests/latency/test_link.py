@@ -98,8 +98,7 @@ RAW = {"seed": 2, "space": {"resolution": 8, "n_choices": 3, "width_mult": 0.25}
        "devices": {"spill": {"backend": "synthetic", "noise": 0.0, "drift": 0.0, "nonadditive": 0.0, "spill": 0.6,
                              "spill_at": 0.45},
                    "plain": {"backend": "synthetic", "noise": 0.0, "drift": 0.0, "nonadditive": 0.0}},
-       "sampling": {"coverage": 16, "lambda_val": 60, "test": 80},
-       "lut": {"outlier_threshold": 0}}  # noise-free timings: nothing was disturbed
+       "sampling": {"coverage": 16, "lambda_val": 60, "test": 80}}
 
 
 def _sets(name):
@@ -122,13 +121,13 @@ def test_the_fit_recovers_a_cache_spill():
     linked fit is chosen on lambda_val, finds the knot and the slope and predicts the held-out networks better. (The
     additive part absorbs some of the spill into the widest layers' entries: the recovery is partial.)"""
     cfg, space, dev, sets = _sets("spill")
-    plain_best, plain, *_ = fit.fit_table(space, sets, {**cfg["lut"], "link_knots": []})
-    best, res, rows, _, _ = fit.fit_table(space, sets, cfg["lut"])
-    f = res[best]
-    assert not f.link.identity and rows[best]["link_slope"] == f.link.slope
-    assert sum(r["chosen"] for r in rows) == 1 and rows[best]["chosen"]
+    plain = fit.fit_table(space, sets, {**cfg["lut"], "link_knots": []}).fit
+    t = fit.fit_table(space, sets, cfg["lut"])
+    f = t.fit
+    assert not f.link.identity and t.row["link_slope"] == f.link.slope
+    assert sum(r["chosen"] for r in t.rows) == 1
     assert 0.3 < f.link.slope < 0.9 and f.link.knot_ms == pytest.approx(dev.spill_knot, rel=0.1)
-    e_plain, e_link = _test_error(space, sets, plain[plain_best]), _test_error(space, sets, f)
+    e_plain, e_link = _test_error(space, sets, plain), _test_error(space, sets, f)
     assert e_link < 0.9 * e_plain
     # a verified decision's refit keeps the link (D36, D39)
     timed = {tuple(space.max_config): dev.true_latency(space.max_config)}
@@ -141,28 +140,26 @@ def test_a_fixed_link_is_kept_even_when_the_table_does_not_move():
     """Regression: a refit under a given link (D36's verified decisions) returned the identity when no step lowered
     the loss — its table then predicted without the link its decisions were made with."""
     cfg, space, _, sets = _sets("spill")
-    best, res, *_ = fit.fit_table(space, sets, cfg["lut"])
-    g = res[best].link
-    again, res2, rows, *_ = fit.fit_table(space, sets, {**cfg["lut"], "smoothness": [res[best].mu]}, link=g)
-    assert res2[again].link == g and rows[again]["chosen"] and rows[again]["link_slope"] == g.slope
+    first = fit.fit_table(space, sets, cfg["lut"]).fit
+    g = first.link
+    again = fit.fit_table(space, sets, {**cfg["lut"], "smoothness": [first.mu]}, link=g)
+    assert again.fit.link == g and again.row["link_slope"] == g.slope
     idx, l, _ = sets["test"]
-    assert np.allclose(lut.predict(space, res2[again].x, idx, g), lut.predict(space, res[best].x, idx, g), rtol=0.02)
+    assert np.allclose(lut.predict(space, again.fit.x, idx, g), lut.predict(space, first.x, idx, g), rtol=0.02)
     # a link whose knot no training network reaches: nothing to move, and still the given link
     far = Link(1e3, 0.5)
-    b, r4, *_ = fit.fit_table(space, sets, {**cfg["lut"], "smoothness": [res[best].mu]}, link=far)
-    assert r4[b].link == far
+    assert fit.fit_table(space, sets, {**cfg["lut"], "smoothness": [first.mu]}, link=far).fit.link == far
     # and the identity stays the identity
-    plain, res3, *_ = fit.fit_table(space, sets, {**cfg["lut"], "link_knots": []}, link=IDENTITY)
-    assert res3[plain].link.identity
+    assert fit.fit_table(space, sets, {**cfg["lut"], "link_knots": []}, link=IDENTITY).fit.link.identity
 
 
 def test_an_additive_device_keeps_the_additive_sum():
     """Noise-free eq. lat: the link adds nothing, and whatever lambda_val keeps predicts as the additive table does."""
     cfg, space, _, sets = _sets("plain")
-    best, res, *_ = fit.fit_table(space, sets, cfg["lut"])
-    plain_best, plain, *_ = fit.fit_table(space, sets, {**cfg["lut"], "link_knots": []})
+    chosen = fit.fit_table(space, sets, cfg["lut"]).fit
+    plain = fit.fit_table(space, sets, {**cfg["lut"], "link_knots": []}).fit
     idx, _, _ = sets["test"]
-    a = lut.predict(space, res[best].x, idx, res[best].link)
-    b = lut.predict(space, plain[plain_best].x, idx)
-    assert res[best].link.identity or res[best].link.slope < 0.02
+    a = lut.predict(space, chosen.x, idx, chosen.link)
+    b = lut.predict(space, plain.x, idx)
+    assert chosen.link.identity or chosen.link.slope < 0.02
     assert np.max(np.abs(a / b - 1)) < 0.01

@@ -241,40 +241,6 @@ def test_noisy_fit_error_is_close_to_the_injected_noise(small):
     assert 0.85 * sigma < rel_meas < 1.25 * sigma  # against measurements: about the noise floor
 
 
-def test_relative_weighting_fits_relative_errors_under_relative_noise(small):
-    """lut.weighting (D32): both weightings recover a noise-free table; under relative (multiplicative) noise on
-    networks spanning a wide latency range, the relative fit's held-out relative error is lower, overall and on the
-    fast networks, and a non-positive latency is refused for it."""
-    rng = np.random.default_rng(5)
-    x_true = truth(small, per_mmac=1.0)  # the min network 6.5× faster than the max
-
-    def levelled(n):  # every layer near one random level of its choices: fast and slow networks alike
-        u = rng.random((n, 1)) + 0.15 * rng.standard_normal((n, len(small.choices)))
-        return np.stack([np.clip(np.rint(u[:, i] * (len(c) - 1)), 0, len(c) - 1) for i, c in enumerate(small.choices)],
-                        axis=1).astype(np.int64)
-
-    idx_tr = np.vstack([covering_idx(small, 0, rng), levelled(400)])
-    idx_val, idx_te = levelled(150), levelled(1000)
-    A_tr, A_val, A_te = (lut.design_matrix(small, i) for i in (idx_tr, idx_val, idx_te))
-    V, clean_te = lut.monotonicity_matrix(small), A_te @ x_true
-    assert clean_te.max() > 3 * clean_te.min()
-    for weighting in fit.WEIGHTINGS:
-        best, res, _ = fit.lambda_scan(A_tr, A_tr @ x_true, A_val, A_val @ x_true, V, [0.0], space=small,
-                                       weighting=weighting)
-        assert np.max(np.abs(A_te @ res[best].x - clean_te) / clean_te) < 5e-3  # OSQP's tolerance (eps 2e-4)
-    noisy = lambda A: (A @ x_true) * np.exp(0.05 * rng.standard_normal(A.shape[0]))  # noqa: E731
-    l_tr, l_val = noisy(A_tr), noisy(A_val)
-    err = {}
-    for weighting in fit.WEIGHTINGS:
-        best, res, _ = fit.lambda_scan(A_tr, l_tr, A_val, l_val, V, space=small, weighting=weighting)
-        err[weighting] = (A_te @ res[best].x - clean_te) / clean_te
-    fast = clean_te < np.quantile(clean_te, 0.25)
-    rms = {w: (np.sqrt(np.mean(e**2)), np.sqrt(np.mean(e[fast] ** 2))) for w, e in err.items()}
-    assert rms["relative"][0] < rms["absolute"][0] and rms["relative"][1] < rms["absolute"][1]
-    with pytest.raises(fit.LUTFitError, match="not positive.*lut.weighting: absolute"):
-        fit.weighted_rows(A_tr, np.r_[0.0, l_tr[1:]], "relative")
-
-
 def test_osqp_matches_cvxpy_scs_objective(clean_problem):
     p = clean_problem
     rng = np.random.default_rng(4)
@@ -389,42 +355,45 @@ def test_lut_roundtrip_and_refusals(tmp_path, small, fmnist):
 
 
 # ---- metrics --------------------------------------------------------------------------------------
-def test_table_adequacy_separates_model_error_from_timing_noise():
-    """D34: held-out errors at the noise floor are noise; errors well above it are the device's non-additivity,
+def test_adequacy_separates_model_error_from_timing_noise():
+    """Held-out errors at the noise floor are noise; errors well above it are the device's non-additivity,
     estimated as sqrt(RMS² − σ_n²), with the interval of measured ÷ predicted that 95 % of networks fell in."""
     rng = np.random.default_rng(0)
     pred = rng.uniform(1.0, 3.0, 400)
     noise_only = pred * (1 + 0.01 * rng.standard_normal(400))
-    a = metrics.table_adequacy(pred, noise_only, sigma_n=0.01)
-    assert not a["model_limited"] and a["model_message"] == "" and a["model_error"] < 0.004
+    a = metrics.adequacy(pred, noise_only, sigma_n=0.01, retested_ms=pred)
+    assert a["verdict"] == "at_noise" and "as good as the timings allow" in a["message"] and a["model_error"] < 0.004
     structured = pred * (1 + 0.01 * rng.standard_normal(400) + 0.04 * np.sign(np.sin(7 * pred)))
-    b = metrics.table_adequacy(pred, structured, sigma_n=0.01)
-    assert b["model_limited"] and "non-additivity" in b["model_message"]
+    b = metrics.adequacy(pred, structured, sigma_n=0.01, retested_ms=pred)
+    assert b["verdict"] == "model_limited" and "non-additivity" in b["message"] and "(verify)" in b["message"]
     assert b["model_error"] == pytest.approx(np.sqrt(0.04**2 + 0.01**2 - 0.01**2), rel=0.1)
     inside = np.mean((structured / pred >= b["ratio_low"]) & (structured / pred <= b["ratio_high"]))
     assert 0.94 <= inside <= 0.96 and b["ratio_low"] < 0.96 < 1.04 < b["ratio_high"]
+    # a session that failed the noise gate says so first, whatever its error, with the gate's own advice
+    c = metrics.adequacy(pred, structured, sigma_n=0.01, retested_ms=pred, noise_message="too noisy: close programs.")
+    assert c["verdict"] == "too_noisy" and c["message"].startswith("too noisy: close programs.")
 
 
-def test_retest_reach_says_when_the_error_sits_beyond_every_retested_network():
-    """D39: held-out networks slower than every retested one have no measured noise; when they carry a quarter of
-    the held-out squared error, the validation says so (count, reach, share). Regression: the ONNX Runtime tables
-    of 2026-11-26, where 5–11 such networks carried 26–78 % of it and the note called all of it non-additivity."""
+def test_adequacy_says_when_the_error_sits_beyond_every_retested_network():
+    """Held-out networks slower than every retested one have no measured noise; when they carry a quarter of the
+    held-out squared error, the report says so (count, reach, share). Regression: the ONNX Runtime tables of
+    2026-11-26, where 5–11 such networks carried 26–78 % of it and the report called all of it non-additivity."""
     rng = np.random.default_rng(1)
     meas = np.sort(rng.uniform(0.1, 0.5, 200))
     pred = meas * (1 + 0.01 * rng.standard_normal(200))
     slow = np.arange(200) >= 180
     noisy = np.where(slow, meas * (1 + 0.08 * rng.standard_normal(200)), pred)  # the 20 slowest spread 8 %
     retested = np.r_[meas[:179:4], meas[179]]  # retest pairs reach the 180th network
-    r = metrics.retest_reach(noisy, meas, retested_ms=retested)
+    r = metrics.adequacy(noisy, meas, 0.01, retested)
     sq = (noisy - meas) ** 2
-    assert r["retest_reach_ms"] == meas[179] and r["beyond_retest"] == 20
+    assert r["retest_reach_ms"] == meas[179] and r["beyond_retest"] == 20 and r["verdict"] == "model_limited"
     assert r["error_beyond_retest"] == pytest.approx(sq[slow].sum() / sq.sum()) and r["error_beyond_retest"] > 0.5
-    assert "20 of 200 held-out networks ran slower than every retested one" in r["reach_message"]
-    covered = metrics.retest_reach(noisy, meas, retested_ms=np.r_[meas[::4], meas[-1]])  # retests up to the slowest: no note
-    assert covered["beyond_retest"] == 0 and covered["reach_message"] == ""
-    even = metrics.retest_reach(pred, meas, retested_ms=retested)  # the error spread evenly: no note
-    assert even["error_beyond_retest"] < metrics.REACH_SHARE and even["reach_message"] == ""
-    assert metrics.retest_reach(pred, meas, retested_ms=[])["retest_reach_ms"] is None
+    assert "20 held-out networks slower than every retested one" in r["message"]
+    covered = metrics.adequacy(noisy, meas, 0.01, np.r_[meas[::4], meas[-1]])  # retests up to the slowest: no note
+    assert covered["beyond_retest"] == 0 and "retested" not in covered["message"]
+    even = metrics.adequacy(pred, meas, 0.01, retested)  # the error spread evenly: no note
+    assert even["error_beyond_retest"] < metrics.REACH_SHARE and "retested" not in even["message"]
+    assert metrics.adequacy(pred, meas, 0.01, [])["retest_reach_ms"] is None
 
 
 def test_latency_metrics_on_a_hand_computed_example():

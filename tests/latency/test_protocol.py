@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from aows_core.devices.base import Measurement
+from aows_core.devices.base import PairedMeasurement
 from aows_core.devices.flops import variable_macs
 from aows_core.latency import fit, lut, metrics
 from aows_core.latency.protocol import (
@@ -16,42 +16,48 @@ from aows_core.latency.protocol import (
 )
 from aows_core.space import get_space
 
-PROTOCOL = {"statistic": "median", "repeats": 3, "warmup": 1, "min_time_ms": 0.0, "pairing": "interpolated", "chunks": 5, "reference_share": 0.5}
+PROTOCOL = {"statistic": "median", "repeats": 3, "warmup": 1, "min_time_ms": 0.0, "chunks": 5, "reference_share": 0.5}
+REF = (2, 2)
 
 
 class _Device:
-    """Latency = sum of the widths, times a drift that grows with the job index."""
+    """Latency = sum of the widths, times a drift that grows with the job index; timed paired with REF (D27)."""
 
     analytic = False
 
-    def measure(self, channels, repeats, warmup=0, job=0, min_time_s=0.0):
-        return Measurement(np.full(repeats, sum(channels) * (1 + 0.01 * job)), 0.0, 0.0)
+    def measure_paired(self, channels, reference, repeats, warmup=0, job=0, min_time_s=0.0, chunks=5, share=1.0):
+        def chunk(ch):
+            return [np.full(repeats, sum(ch) * (1 + 0.01 * job))] * chunks
+
+        return PairedMeasurement(chunk(channels), chunk(reference), 0.0, 0.0)
 
 
 def test_protocol_differences_name_each_changed_setting():
-    assert protocol_differences({"repeats": 3, "warmup": 1}, PROTOCOL) == []
-    assert protocol_differences({"repeats": 5, "statistic": "min", "other": 1}, PROTOCOL) == [
+    paired = {"pairing": "paired"}
+    assert protocol_differences({**paired, "repeats": 3, "warmup": 1}, PROTOCOL) == []
+    assert protocol_differences({**paired, "repeats": 5, "statistic": "min", "other": 1}, PROTOCOL) == [
         "statistic 'min' → 'median'", "repeats 5 → 3"]
-    paired = {**PROTOCOL, "pairing": "paired"}
-    # a session recorded before pairing existed interpolated its reference: measuring it paired is refused
-    assert protocol_differences({"repeats": 3, "warmup": 1}, paired) == ["pairing 'interpolated' → 'paired'"]
-    assert protocol_differences({**paired, "chunks": 3}, paired) == ["chunks 3 → 5"]
-    assert protocol_differences({**PROTOCOL, "chunks": 3}, PROTOCOL) == []  # chunks mean nothing interpolated
+    # a session recorded before paired timing interpolated its reference: measuring it paired is refused
+    assert protocol_differences({"repeats": 3, "warmup": 1}, PROTOCOL) == ["pairing 'interpolated' → 'paired'"]
+    assert protocol_differences({**paired, "chunks": 3}, PROTOCOL) == ["chunks 3 → 5"]
+    # a setting recorded by an older session and since removed (D41's large reference) is no difference
+    assert protocol_differences({**PROTOCOL, **paired, "large_reference_share": 0.0}, PROTOCOL) == []
 
 
-def test_finalists_are_corrected_to_the_lut_baseline():
-    nets, ref = [(1, 2), (3, 4)], (2, 2)
-    jobs = measure_plan(nets, ref, rounds=2, seed=0, analytic=False, job_offset=10)
-    assert [j.job for j in jobs] == list(range(10, 10 + len(jobs))) and jobs[0].role == jobs[-1].role == "reference"
+def test_finalists_are_corrected_to_the_lut_baseline(monkeypatch):
+    nets = [(1, 2), (3, 4)]
+    monkeypatch.setattr("aows_core.latency.protocol.reference_config", lambda space: list(REF))
+    jobs = measure_plan(nets, rounds=2, seed=0, analytic=False, job_offset=10)
+    assert [j.job for j in jobs] == list(range(10, 10 + len(jobs))) and {j.role for j in jobs} == {"finalist"}
     steps = []
     rows = time_jobs(_Device(), jobs, PROTOCOL, None, on_step=lambda: steps.append(1))
     assert len(steps) == len(rows) == len(jobs)
     fin = [{"method": "ows", "target": "t", "target_ms": 5.0, "unit": "ms", "channels": list(n), "predicted_ms": 4.0}
            for n in nets]
-    out, session, _, _ = finalist_rows(fin, rows, nets, baseline=4.0, analytic=False, device_name="d", match=True)
-    # the drift is linear in the job index: correcting to the undrifted reference (4) removes it
-    # (up to the running median's shrunken windows at the ends of the series)
-    assert [r["measured_ms"] for r in out] == pytest.approx([3.0, 7.0], rel=1e-2)
+    out, session, _ = finalist_rows(fin, rows, nets, baseline=4.0, analytic=False, device_name="d", match=True)
+    # the drift hits network and reference alike: paired timing at the undrifted reference (4) removes it (up to the
+    # running median of the neighbouring jobs' references that a steady host's job is divided by)
+    assert [r["measured_ms"] for r in out] == pytest.approx([3.0, 7.0], rel=1e-3)
     assert [r["meets_target_measured"] for r in out] == [True, False] and all(r["rounds"] == 2 for r in out)
     assert session > 4.0
 
@@ -83,9 +89,9 @@ def test_split_sets_and_an_exact_table_fit():
         cols["config_id"].append(k)
     sets = lut.split_sets(space, lut.columns_of(cols))
     assert {k: len(v[1]) for k, v in sets.items()} == {"train": 60, "lambda_val": 5, "test": 5}
-    best, results, rows, keep, n_obs = fit.fit_table(space, sets, {}, exact=x)
-    assert best == 0 and results[0].status == "exact" and rows[0]["chosen"] and keep.all()
-    assert rows[0]["val_rmse_ms"] == pytest.approx(0.0, abs=1e-9) and n_obs.shape == (space.n_variables,) and (n_obs > 0).all()
+    t = fit.fit_table(space, sets, {}, exact=x)
+    assert t.fit.status == "exact" and t.rows == [t.row]
+    assert t.row["val_rmse_ms"] == pytest.approx(0.0, abs=1e-9) and t.n_obs.shape == (space.n_variables,) and (t.n_obs > 0).all()
     idx_te, l_te, _ = sets["test"]
     macs = lambda idx: np.array([variable_macs(space)[space.variable_ids(k)].sum() for k in idx])  # noqa: E731
     vrows, m_lut, m_flops, a, base = metrics.validation_rows(

@@ -79,9 +79,9 @@ def test_a_smooth_device_is_recovered_from_fewer_networks(space):
     cfg = validate(RAW)["lut"]
     errs = {}
     for grid in ([0.0], [0.0, 1.0, 10.0, 100.0]):
-        best, res, rows, *_ = fit.fit_table(space, sets, {**cfg, "smoothness": grid, "link_knots": []})
+        t = fit.fit_table(space, sets, {**cfg, "smoothness": grid, "link_knots": []})
         idx, l, _ = sets["test"]
-        errs[len(grid)] = latency_metrics(lut.predict(space, res[best].x, idx), l)["nrmse"], res[best].mu
-        assert len(rows) == len(grid) * len(cfg["lambdas"]) and sum(r["chosen"] for r in rows) == 1
+        errs[len(grid)] = latency_metrics(lut.predict(space, t.fit.x, idx), l)["nrmse"], t.fit.mu
+        assert len(t.rows) == len(grid) * len(cfg["lambdas"]) and sum(r["chosen"] for r in t.rows) == 1
     (paper, mu0), (smooth, mu) = errs[1], errs[4]
     assert mu0 == 0.0 and mu > 0.0 and smooth < 0.75 * paper

@@ -33,10 +33,10 @@ def table():
     cols = {"role": ["sample"] * len(rows), "set": [r["set"] for r in rows], "channels": [r["channels"] for r in rows],
             "latency_ms": [dev.true_latency(r["channels"]) for r in rows], "config_id": [r["config_id"] for r in rows]}
     sets = lut.split_sets(space, cols)
-    best, results, _, _, _ = fit.fit_table(space, sets, cfg["lut"])
+    chosen = fit.fit_table(space, sets, cfg["lut"]).fit
     # refits keep the table's smoothness weight, as the verified decisions do (D38)
-    cfg = {**cfg, "lut": {**cfg["lut"], "smoothness": [results[best].mu]}}
-    return cfg, space, dev, sets, results[best].x
+    cfg = {**cfg, "lut": {**cfg["lut"], "smoothness": [chosen.mu]}}
+    return cfg, space, dev, sets, chosen.x
 
 
 def _ows(space, target):
@@ -79,14 +79,14 @@ def test_verification_ends_on_a_network_whose_timing_confirms_its_prediction(tab
         target = f"{resolve_target(f'range:{r}', space, x0, 'ms'):.9f}ms"
         missed.append(abs(_ows(space, target)(x0)["predicted_latency_ms"] /
                           dev.true_latency(_ows(space, target)(x0)["channels"]) - 1))
-        row, x, trace, timings = _verify(table, target, tolerance=0.01, max_rounds=6)
+        row, x, trace, timings = _verify(table, target, tolerance=0.025, max_rounds=6)  # verify.tolerance's default
         last = trace[-1]
-        assert last["channels"] == row["channels"] and abs(last["rel_error"]) <= 0.01
+        assert last["channels"] == row["channels"] and abs(last["rel_error"]) <= 0.025
         assert row["predicted_latency_ms"] == pytest.approx(last["predicted_ms"])
         assert last["measured_ms"] == pytest.approx(dev.true_latency(row["channels"]))
         assert row == _ows(space, target)(x)
         assert len(timings) == len({tuple(c) for c in timings}) == sum(t["timed"] for t in trace)
-    assert max(missed) > 0.01
+    assert max(missed) > 0.025
 
 
 def test_verification_stops_after_max_rounds_and_says_it_did_not_converge(table):

@@ -33,14 +33,12 @@ def _same(a, b):
 GREW = {"unaries": ["delta_se", "estimator"], "decisions": ["width_signal_z"],
         "train_metrics": ["entropy", "sampled_latency", "gamma_zero_share", "width_signal", "width_signal_se",
                           "unaries_r2"],
-        # issue 13: paired timing (D27), the large reference (D41) and the noise gate
-        "latency": ["ref_ms_raw", "large_ref_ms_raw", "pair_ratio", "ratio_spread", "retimed", "round"],
+        # issue 13: paired timing (D27) and the noise gate
+        "latency": ["ref_ms_raw", "pair_ratio", "ratio_spread", "retimed"],
         "measure": ["too_noisy"],
         "pareto": ["too_noisy"],
         # issue 13: the smoothness prior's weight per fit (D38) and the link tried (D39)
-        "lut_fit": ["mu", "link_knot_ms", "link_slope"],
-        # issue 13: the held-out networks timed while the host disturbed them (D43)
-        "lut_predictions": ["disturbed"]}
+        "lut_fit": ["mu", "link_knot_ms", "link_slope"]}
 
 
 def test_every_artifact_kind_written_before_reads_under_its_schema():

@@ -26,34 +26,28 @@ def protocol(**kw):
 SYNTH = {"backend": "synthetic", "batch_size": 1, "threads": 1, "noise": 0.01, "drift": 0.3, "nonadditive": 0.0}
 
 
-def test_plan_orders_samples_retests_and_references(tiny_space, tmp_path):
+def test_plan_orders_samples_then_retests(tiny_space, tmp_path):
     write_uniform_configs(tiny_space, tmp_path / "c.parquet", (60, 20, 40))
     configs, _ = io.read_table(tmp_path / "c.parquet", "configs")
-    p = protocol(retest=15, reference_every=10, pairing="interpolated")
-    paired = plan(tiny_space, configs, protocol(retest=15), seed=3, analytic=False)
-    assert all(j.role != "reference" for j in paired)  # paired jobs carry their own reference (D27)
+    p = protocol(retest=15)
     jobs = plan(tiny_space, configs, p, seed=3, analytic=False)
-    assert [(j.role, j.config_id) for j in jobs if j.role != "reference"] == [(j.role, j.config_id) for j in paired]
+    assert all(j.role != "reference" for j in jobs)  # every job carries its own reference (D27)
     assert jobs == plan(tiny_space, configs, p, seed=3, analytic=False)  # deterministic
     assert [j.job for j in jobs] == list(range(len(jobs)))
     samples = [j for j in jobs if j.role == "sample"]
     assert sorted(j.config_id for j in samples) == list(range(120))
     n = len(samples)
-    sample_pos = {j.config_id: k for k, j in enumerate(x for x in jobs if x.role != "reference") if j.role == "sample"}
-    non_ref = [j for j in jobs if j.role != "reference"]
-    retests = [(k, j) for k, j in enumerate(non_ref) if j.role == "retest"]
+    sample_pos = {j.config_id: k for k, j in enumerate(jobs) if j.role == "sample"}
+    retests = [(k, j) for k, j in enumerate(jobs) if j.role == "retest"]
     assert len(retests) == 15 and all(j.set == "test" for _, j in retests)
     for k, j in retests:  # at least a third of the session after the first measurement
         assert k - sample_pos[j.config_id] >= math.ceil(n / 3)
-    refs = [k for k, j in enumerate(jobs) if j.role == "reference"]
-    assert refs[0] == 0 and refs[-1] == len(jobs) - 1 and max(np.diff(refs)) <= 11
-    assert all(list(j.channels) == reference_config(tiny_space) for j in jobs if j.role == "reference")
 
 
 def _run(space, tmp_path, name="synthetic", stop_after=None, resume="resume", p=None):
     return profile(
         space, name, SYNTH, tmp_path / "c.parquet", tmp_path / f"{name}.parquet", tmp_path / resume,
-        p or protocol(retest=10, reference_every=8, repeats=5), seed=1, progress=False, stop_after=stop_after,
+        p or protocol(retest=10, repeats=5), seed=1, progress=False, stop_after=stop_after,
     )
 
 
@@ -79,7 +73,7 @@ def test_resume_ends_exactly_where_an_uninterrupted_run_ends(tiny_space, tmp_pat
 
 def test_drift_is_corrected_and_noise_floor_reported(tiny_space, tmp_path):
     write_uniform_configs(tiny_space, tmp_path / "c.parquet", (80, 10, 60))
-    res = _run(tiny_space, tmp_path, p=protocol(retest=30, reference_every=5, repeats=5))
+    res = _run(tiny_space, tmp_path, p=protocol(retest=30, repeats=5))
     table, meta = io.read_table(tmp_path / "synthetic.parquet", "latency")
     from aows_core.devices import get_device
 
@@ -94,21 +88,6 @@ def test_drift_is_corrected_and_noise_floor_reported(tiny_space, tmp_path):
     assert 0 < res["sigma_n"] < 0.05 and res["retest_pairs"] == 30
     assert meta["reference_channels"] == reference_config(tiny_space) and meta["reference_baseline"] > 0
     assert meta["fingerprint"]["backend"] == "synthetic" and meta["statistic"] == "min"
-
-
-def test_report_does_not_say_the_fit_leaves_disturbed_timings_out(capsys):
-    """Regression: `aows profile` said the disturbed timings were left out of the fit after D43's exclusion became
-    optional (`lut.exclude_disturbed`, off by default); profiling knows nothing of the fit's settings."""
-    import argparse
-
-    from aows_core.stages.profile import report
-
-    res = {"complete": True, "done": 10, "retimed": 2, "disturbed": 1, "sigma_n": 0.01, "retest_pairs": 5,
-           "rounds": [], "rounds_stopped": None, "stretch": None, "too_noisy": False}
-    report(res, argparse.Namespace(out="x.parquet"))
-    out = capsys.readouterr().out
-    assert "1 still disturbed for their latency, fitted unless lut.exclude_disturbed" in out
-    assert "leaves out" not in out
 
 
 def test_journal_from_another_device_is_set_aside_and_profiling_starts_afresh(tiny_space, tmp_path, capfd):
@@ -178,8 +157,7 @@ def test_sigkilled_real_profiling_resumes_without_loss_or_duplicates(tiny_space,
 
     space = get_space("mobilenet_v1_fmnist")
     write_uniform_configs(space, tmp_path / "c.parquet", (40, 10, 20))
-    cfg = json.dumps({"profiling": {"repeats": 10, "retest": 5, "reference_every": 10, "checkpoint_every": 1,
-                                    "max_rounds": 1}})
+    cfg = json.dumps({"profiling": {"repeats": 10, "retest": 5, "checkpoint_every": 1}})
     cmd = [sys.executable, "-m", "aows_core.cli", "profile", "--config-json", cfg, "--device", "cpu",
            "--configs", str(tmp_path / "c.parquet"), "--out", str(tmp_path / "cpu.parquet"),
            "--resume-dir", str(tmp_path / "resume"), "--quiet"]

@@ -26,7 +26,7 @@ TINY = {
         "flops": {"backend": "flops"},
     },
     "sampling": {"coverage": 2, "lambda_val": 20, "test": 40},
-    "profiling": {"repeats": 5, "retest": 10, "reference_every": 10},
+    "profiling": {"repeats": 5, "retest": 10},
     "lut": {"lambdas": [0.0, 1e-3, 1e-1]},
     "decode": {"targets": ["range:0.3", "range:0.8"]},
     "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
@@ -154,8 +154,8 @@ def test_tiny_end_to_end_run_writes_every_artifact(tiny_run):
     v = io.read_table(wd / "results/lut/flops/validation.parquet", "lut_validation")[0].to_pylist()
     assert v[0]["model"] == "lut" and v[0]["rmse_ms"] < 1e-3 * v[0]["n"]  # flops are exactly additive
     vmeta = io.read_table(wd / "results/lut/flops/validation.parquet", "lut_validation")[1]
-    assert vmeta["model_limited"] is False and vmeta["model_message"] == ""  # D34: exact, not model-limited
-    assert "lut_model_limited" in io.read_table(wd / "results/pareto_synth.parquet", "pareto")[1]
+    assert vmeta["adequacy"]["verdict"] == "at_noise"  # D34: exact, not model-limited
+    assert "verdict" in io.read_table(wd / "results/pareto_synth.parquet", "pareto")[1]["lut_adequacy"]
     out = subprocess.run(["aows", "inspect", str(wd / "results/lut/synth/lut.parquet")], capture_output=True, text=True)
     assert "c_in: int32" in out.stdout and '"space_hash"' in out.stdout
 
