@@ -1,10 +1,24 @@
 """Shared fixtures: a tiny space and configuration files written through the real artifact code."""
 
-import numpy as np
-import pytest
+import os
+
+# Under pytest-xdist two workers (and the Snakemake jobs and torchrun processes they start, which inherit this)
+# share the cores: OpenMP threads that spin while they wait would take the cores from each other's work. Set before
+# torch loads (aows_core and the test modules import it later).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 from aows_core import artifacts as io
 from aows_core.space import mobilenet_v1_space
+from tiny_workflow import pareto_run, tiny_run  # noqa: F401 (the workflow tests' session fixtures)
+
+# The tests check properties, not speed: under pytest-xdist the cores are shared, and hypothesis's default
+# 200 ms deadline per example would fail a correct example that waited for a core.
+settings.register_profile("shared_cores", deadline=None)
+settings.load_profile("shared_cores")
 
 
 @pytest.fixture
@@ -33,3 +47,12 @@ def _denormals_restored():
 
     if "torch" in sys.modules:
         sys.modules["torch"].set_flush_denormal(False)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook turns the group marks into node ids
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (`--dist loadgroup`), every test that reads the tiny runs goes to one worker, which makes
+    them once; the other tests spread over the other workers."""
+    for item in items:
+        if {"tiny_run", "pareto_run"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("tiny_run"))

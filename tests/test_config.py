@@ -59,8 +59,8 @@ def test_stage_hash_changes_only_with_the_stage_settings():
         stage_settings(a, "profile", "tpu")
 
 
-def test_config_yaml_spells_out_exactly_the_schema_defaults():
-    """`--configfile X` means X over the schema's defaults; config.yaml is those defaults, written out."""
+def test_config_yaml_is_exactly_the_schema_defaults():
+    """`--configfile X` means X over the schema's defaults; config.yaml sets its user keys to those defaults."""
     assert load("config.yaml") == validate({})
 
 

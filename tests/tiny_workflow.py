@@ -1,0 +1,122 @@
+"""The tiny workflow configuration the workflow tests run, the session fixtures that run it, and helpers to run
+and read Snakemake.
+
+Not a test module: tests/conftest.py imports its fixtures and tests/workflow/ its helpers (tests/ is on sys.path
+via conftest, as for stage_calls).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEFILE = ROOT / "workflow" / "Snakefile"
+
+# One retraining seed: the per-seed paths are exercised by the twins test, which asks for two.
+TINY = {
+    "seed": 0,
+    "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},
+    "devices": {
+        "synth": {"backend": "synthetic", "noise": 0.01, "drift": 0.1},
+        "flops": {"backend": "flops"},
+    },
+    "sampling": {"coverage": 2, "lambda_val": 20, "test": 40},
+    "profiling": {"repeats": 5, "retest": 10},
+    "lut": {"lambdas": [0.0, 1e-3, 1e-1]},
+    "decode": {"targets": ["range:0.3", "range:0.8"]},
+    "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
+    "supernet": {"epochs": 2, "batch_size": 64},
+    "aows": {"warmup_epochs": 1, "targets": ["range:0.5"]},
+    "greedy": {"n_eval": 64, "n_cal": 64, "batch_size": 64},
+    "retrain": {"epochs": 1, "batch_size": 64, "eval_batch_size": 2000, "seeds": [0]},
+}
+RETRAINED = ["results/retrain/synth/aows/range:0.5/seed0/result.parquet",
+             "results/retrain/flops/greedy/range:0.3/seed0/result.parquet",
+             "results/export/synth/aows/range:0.5/seed0/model.onnx"]
+
+
+def smk(workdir: Path, *args: str, check: bool = True, cores: int = 2) -> subprocess.CompletedProcess:
+    """Snakemake on the repository's workflow in `workdir`, output captured."""
+    cmd = ["snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), "--cores", str(cores), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=check)
+
+
+def planned(stdout: str) -> dict[str, int]:
+    """{rule: number of jobs} of a dry run's job table."""
+    counts, table = {}, False
+    for line in stdout.splitlines():
+        if line.startswith("job ") and "count" in line:
+            table = True
+        elif table and line.strip() and not line.startswith("---"):
+            name, *rest = line.split()
+            if name == "total":
+                break
+            counts[name] = int(rest[0])
+    return counts
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    """A finished run elsewhere (results, Snakemake's records, config), modification times kept."""
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A finished tiny run of every rule (both devices, all methods, the retrained and exported finalists).
+
+    Tests that change its config.yaml put TINY back before they return."""
+    wd = tmp_path_factory.mktemp("wf")
+    (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
+    r = smk(wd, "all", "latency_models", "decisions", *RETRAINED, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (wd / "tiny_run.log").write_text(r.stdout + r.stderr)  # the jobs it ran
+    return wd
+
+
+# The settings the quick-start-like run is made with: TINY but for larger supernet and retraining batches (fewer
+# steps), so that test_a_changed_setting_... changes a supernet and a retraining setting on it and lands on TINY's.
+PRE = {**TINY, "supernet": {**TINY["supernet"], "batch_size": 128}, "retrain": {**TINY["retrain"], "batch_size": 128}}
+
+
+@pytest.fixture(scope="session")
+def pareto_run(tiny_run, tmp_path_factory):
+    """A finished tiny run made with the README's main command's target (`results/pareto_synth.pdf`, the synthetic
+    device) under PRE: what a user has after the quick start, for its follow-up commands.
+
+    It is made the hard way, to check resuming on the way: profiling and the LUT copied from `tiny_run`, the run
+    SIGKILLed (the whole job tree) while the OWS supernet trains, then completed with `--rerun-incomplete`. What
+    test_a_killed_run_... checks is recorded in `killed.json`."""
+    import json
+    import os
+    import shutil
+    import signal
+    import time
+
+    wd = tmp_path_factory.mktemp("pareto_run")
+    (wd / "config.yaml").write_text(yaml.safe_dump(PRE))
+    for d in ("latency", "lut"):
+        shutil.copytree(tiny_run / "results" / d, wd / "results" / d)
+    lut = wd / "results/lut/synth/lut.parquet"
+    before = lut.stat().st_mtime_ns
+    cmd = ["snakemake", "-s", str(SNAKEFILE), "--directory", str(wd), "--cores", "1", "results/pareto_synth.pdf"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = wd / "results/logs/train_ows.log"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (log.exists() and "supernet ows" in log.read_text()):
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole job tree, mid-training: no clean-up runs
+    proc.wait()
+    killed_mid_training = not (wd / "results/supernet/ows/model.pt").exists()
+    smk(wd, "--unlock")  # a SIGKILLed Snakemake leaves its lock (a Ctrl-C would release it)
+    r = smk(wd, "--rerun-incomplete", "results/pareto_synth.pdf", check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (wd / "killed.json").write_text(json.dumps({
+        "killed_mid_training": killed_mid_training, "lut_kept": lut.stat().st_mtime_ns == before,
+        "reprofiled": any(f"rule {rule}:" in r.stdout + r.stderr for rule in ("profile", "fit_lut"))}))
+    return wd
