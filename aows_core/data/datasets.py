@@ -81,7 +81,7 @@ def check_dataset(info: DatasetInfo, space: Any) -> None:
             f"search space {getattr(space, 'name', '?')!r} does not match dataset {info.name!r} at {info.root}: "
             + "; ".join(problems)
             + " (set space.resolution / space.in_channels / space.num_classes, or pick another space.preset"
-            + (" or data.image_size" if info.name == "imagefolder" else "")
+            + (f"; an imagefolder is read as {IMAGEFOLDER_SIZE}×{IMAGEFOLDER_SIZE} crops" if info.name == "imagefolder" else "")
             + ")"
         )
 

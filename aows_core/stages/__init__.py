@@ -78,8 +78,8 @@ def launch_command(command: str, config: Mapping[str, Any], argv: Sequence[str],
         raise ValueError(f"{processes} processes do not divide over {nodes} nodes")
     if not env.get("SLURM_JOB_ID"):
         raise ValueError(f"{nodes} nodes are launched with srun inside a SLURM job of {nodes} nodes: run the rule "
-                         "through workflow/profiles/slurm with nodes, tasks and mpi set for it (README, 'Running on "
-                         "a cluster'), or set the nodes to 1")
+                         "through workflow/profiles/slurm with nodes, tasks and mpi set for it (docs/training.md, "
+                         "'Several processes and GPUs'), or set the nodes to 1")
     per_node = processes // nodes
     host = env.get("AOWS_RDZV_HOST") or socket.gethostname()
     srun = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={per_node * int(threads)}",

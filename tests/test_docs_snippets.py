@@ -1,0 +1,188 @@
+"""The docs pages' snippets run or validate, and every config key they name exists (fast: no training, no timing run).
+
+- ```yaml blocks are configurations: each validates with `aows_core.config.validate` (the example backend of
+  docs/extending.md, `matmul-proxy`, registered as that page says).
+- ```python blocks run, a page's blocks in order in one namespace, except those that read a finished run's
+  `results/` (tests/workflow runs those on a tiny run).
+- ```sh blocks and `aows …` / `snakemake …` code spans name real `aows` subcommands and options (the help snapshot)
+  or Snakemake targets of the workflow; the workflow tests dry-run them.
+- `section.key` in backticks is a key of the schema.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "docs" / n for n in ("timing-protocol.md", "latency-model.md", "training.md", "artifacts.md",
+                                     "extending.md", "method.md", "experiments.md")] + [ROOT / "bench" / "README.md"]
+FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
+
+
+def blocks(lang: str) -> list[tuple[str, int, str]]:
+    """(page, index, code) of every fenced block in `lang`."""
+    out = []
+    for page in PAGES:
+        found = [code for kind, code in FENCE.findall(page.read_text(encoding="utf-8")) if kind == lang]
+        out += [(page.name, i, code) for i, code in enumerate(found)]
+    return out
+
+
+def _id(item):
+    return f"{item[0]}#{item[1]}"
+
+
+def inline_commands() -> list[tuple[str, int, str]]:
+    """(page, index, command) of every `aows …` or `snakemake …` command in a code span."""
+    out = []
+    for page in PAGES:
+        text = FENCE.sub("", page.read_text(encoding="utf-8"))
+        found = re.findall(r"`((?:aows|snakemake) [^`]*)`", text)
+        out += [(f"{page.name} inline", i, " ".join(c.split())) for i, c in enumerate(found)]
+    return out
+
+
+YAML = blocks("yaml")
+PYTHON = blocks("python")
+SHELL = blocks("sh") + inline_commands()
+
+
+def test_the_pages_hold_snippets():
+    assert YAML and PYTHON and blocks("sh")
+
+
+@pytest.mark.parametrize("item", YAML, ids=[_id(i) for i in YAML])
+def test_yaml_snippets_validate(item, monkeypatch):
+    from aows_core import config
+
+    raw = yaml.safe_load(item[2])
+    if "matmul-proxy" in item[2]:  # docs/extending.md's example backend, registered as the page says
+        schema = copy.deepcopy(config.load_schema())
+        schema["properties"]["devices"]["additionalProperties"]["properties"]["backend"]["enum"].append("matmul-proxy")
+        monkeypatch.setattr(config, "load_schema", lambda: schema)
+        monkeypatch.setitem(config.BACKEND_UNITS, "matmul-proxy", "ms")
+    config.validate(raw)
+
+
+@pytest.mark.parametrize("page", sorted({p for p, _, code in PYTHON if "results/" not in code}))
+def test_python_snippets_run(page, capsys):
+    namespace: dict = {"__name__": f"docs_{page}"}
+    for name, _, code in PYTHON:
+        if name == page and "results/" not in code:
+            exec(compile(code, f"{page} snippet", "exec"), namespace)
+    assert capsys.readouterr().out.strip()  # each runnable page prints what it shows
+
+
+def _help() -> dict:
+    return json.loads((ROOT / "tests" / "snapshots" / "help.json").read_text(encoding="utf-8"))["help"]
+
+
+def _workflow_text() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "workflow" / "Snakefile",
+                                                              *sorted((ROOT / "workflow" / "rules").glob("*.smk"))])
+
+
+def _target_exists(target: str, text: str) -> bool:
+    """A rule name, or a path some rule's output pattern produces."""
+    if re.search(rf"^rule {re.escape(target)}:", text, re.M):
+        return True
+    patterns = re.findall(r'"(results/[^"]+)"', text)
+    for p in patterns:
+        rx = re.escape(p)
+        rx = re.sub(r"\\\{[^}]*\\\}", r"[^/]+", rx)
+        if re.fullmatch(rx, target):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("item", SHELL, ids=[_id(i) for i in SHELL])
+def test_shell_snippets_name_real_commands(item):
+    helps, text = _help(), _workflow_text()
+    for line in item[2].strip().splitlines():
+        argv = [a for a in shlex.split(line) if a != "…"]
+        if argv[:2] == ["taskset", "-c"]:
+            argv = argv[3:]
+        if argv[0] == "aows":
+            usage = "\n".join(helps[f"aows {argv[1]}"])
+            for opt in (a for a in argv[2:] if a.startswith("--")):
+                assert opt in usage, (line, opt)
+        elif argv[0] == "snakemake":
+            targets = [a for i, a in enumerate(argv[1:], 1)
+                       if not a.startswith("-") and not argv[i - 1].startswith("--c")]
+            assert targets, line
+            for t in targets:
+                assert _target_exists(t, text), (line, t)
+        else:
+            raise AssertionError(f"{item[0]}: a shell snippet the test does not know: {line}")
+
+
+def _is_key(dotted: str, schema: dict) -> bool:
+    """Whether `a.b.c` is a key of the schema; a component that names an entry of a free mapping (a device name,
+    `<name>`) passes where the schema allows any name there."""
+    node = schema
+    for part in dotted.split("."):
+        props = node.get("properties") or {}
+        if part in props:
+            node = props[part]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]
+        else:
+            return False
+    return True
+
+
+SECTIONS = ("seed", "space", "data", "devices", "sampling", "profiling", "lut", "decode", "verify", "train",
+            "supernet", "aows", "greedy", "retrain", "measure")
+KEY = re.compile(rf"`((?:{'|'.join(SECTIONS)})\.[A-Za-z_<>.]+)(?::[^`]*)?`")
+
+
+def test_every_config_key_the_pages_name_exists():
+    """`section.key` in a code span of these pages or of README.md is a key of the schema."""
+    from aows_core.config import load_schema
+
+    schema = load_schema()
+    named = {(page.name, k) for page in [*PAGES, ROOT / "README.md"]
+             for k in KEY.findall(page.read_text(encoding="utf-8"))}
+    missing = sorted((p, k) for p, k in named if not _is_key(k.rstrip("."), schema))
+    assert not missing, f"config keys the docs name that the schema lacks: {missing}"
+
+
+DEFINED = re.compile(r"^#### D(\d+)\.|^- \*\*D(\d+)[,.:]", re.M)
+
+
+def test_every_cited_deviation_is_defined_in_method_md():
+    """A `D<n>` cited anywhere (code, workflow, docs, bench, configs) has its entry in docs/method.md: a heading, or
+    one line under "What was removed"."""
+    method = (ROOT / "docs" / "method.md").read_text(encoding="utf-8")
+    defined = {int(a or b) for a, b in DEFINED.findall(method)}
+    cited: dict[int, str] = {}
+    for folder in ("aows_core", "bench", "workflow", "docs", "tests", "configs", "scripts"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in {".py", ".md", ".yaml", ".smk", ".rst"} or path.name == "Snakefile":
+                for n in re.findall(r"\bD(\d+)\b", path.read_text(encoding="utf-8", errors="replace")):
+                    cited.setdefault(int(n), str(path.relative_to(ROOT)))
+    for path in (ROOT / "README.md", ROOT / "config.yaml"):
+        for n in re.findall(r"\bD(\d+)\b", path.read_text(encoding="utf-8")):
+            cited.setdefault(int(n), path.name)
+    missing = {n: where for n, where in cited.items() if n not in defined}
+    assert not missing, f"deviations cited but not defined in docs/method.md: {missing}"
+
+
+# Settings and phrases of mechanisms that were removed or never held (docs/method.md, "What was removed").
+STALE = ("exclude_disturbed", "ratio of the two medians", "round_coverage", "min_improvement", "outlier_threshold",
+         "large_reference_share", "reference_every", "lut.weighting", "profiling.stretch", "measure.recheck",
+         "profiling.max_rounds", "profiling.pairing")
+
+
+def test_no_page_mentions_a_removed_setting():
+    pages = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+             ROOT / "aows_core" / "schemas" / "config.schema.yaml"]
+    found = [(p.name, s) for p in pages for s in STALE if s in p.read_text(encoding="utf-8")]
+    assert not found, f"removed settings or stale phrases: {found}"
