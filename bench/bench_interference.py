@@ -88,13 +88,11 @@ def main() -> None:
     ap.add_argument("--loads", nargs="+", default=["quiet", "loaded"], choices=["quiet", "loaded", "memory"])
     ap.add_argument("--core", type=int, default=0, help="the core the background load is pinned to")
     ap.add_argument("--quick", action="store_true", help="a small space and few networks: checks that it runs")
-    ap.add_argument("--max-rounds", type=int, default=1,
-                    help="profiling rounds (D28); 1 compares the sessions on the same networks")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     ap.add_argument("--keep", type=Path, default=None,
                     help="keep every session's files (latency, LUT, validation) in this directory")
     args = ap.parse_args()
-    cfg = bench_config(args.quick, args.max_rounds)
+    cfg = bench_config(args.quick)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         d = args.keep or Path(tmp)

@@ -39,10 +39,9 @@ def session(cfg: dict, level: str, d: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--levels", nargs="+", default=["all", "basic"], choices=["disable", "basic", "extended", "all"])
-    ap.add_argument("--max-rounds", type=int, default=1, help="profiling rounds (D28); 1: the same networks for each level")
     ap.add_argument("--quick", action="store_true", help="a small space and few networks: checks that it runs")
     args = ap.parse_args()
-    cfg = bench_config(args.quick, args.max_rounds)
+    cfg = bench_config(args.quick)
     rows = []
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)

@@ -13,12 +13,12 @@ from aows_core.stages import fit_lut, validate_lut
 from aows_core.stages.profile import run as profile
 
 
-def bench_config(quick: bool, max_rounds: int) -> dict:
-    """The default config (or, `quick`, a small space and few networks) with `max_rounds` profiling rounds."""
-    raw: dict = {"profiling": {"max_rounds": max_rounds}}
+def bench_config(quick: bool) -> dict:
+    """The default config (or, `quick`, a small space and few networks)."""
+    raw: dict = {}
     if quick:
         raw = {"space": {"width_mult": 0.25, "n_choices": 3}, "sampling": {"coverage": 2, "lambda_val": 10, "test": 20},
-               "profiling": {"repeats": 5, "retest": 8, "min_time_ms": 5, "max_rounds": max_rounds}}
+               "profiling": {"repeats": 5, "retest": 8, "min_time_ms": 5}}
     return validate(raw)
 
 

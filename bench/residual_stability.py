@@ -1,4 +1,4 @@
-"""Is a latency table's error timing noise or a property of the networks? (§4, docs/method.md D32)
+"""Is a latency table's error timing noise or a property of the networks? (§4, docs/method.md D34)
 
 Fits each run's table as `aows fit-lut` does and compares the relative residuals, log(measured ÷ predicted), of
 the networks the runs share (the same seed profiles the same networks): noise is independent between sessions,
