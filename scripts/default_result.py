@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # aows_core from this checkout, installed or not
 
 from aows_core import artifacts as io  # noqa: E402
+from aows_core.config import METHODS  # noqa: E402  (the order of the results tables)
 
 README = ROOT / "README.md"
 STORE = ROOT / "docs" / "default_run"
@@ -46,7 +47,6 @@ TABLES = (("pareto.parquet", f"results/pareto_{DEVICE}.parquet", "pareto"),
           ("validation.parquet", f"results/lut/{DEVICE}/validation.parquet", "lut_validation"),
           ("measure.parquet", f"results/measure/{DEVICE}.parquet", "measure"))
 BLOCKS = {"default-result": "block", "default-time": "inline"}
-METHOD_ORDER = ("aows", "ows", "greedy", "uniform")
 
 STAMP = re.compile(r"^\[(\w{3} \w{3} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]\s*$", re.M)
 HEADER_DATE = re.compile(r"^\s*Date: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s*$", re.M)
@@ -161,7 +161,7 @@ def render(store: Path = STORE) -> dict[str, str]:
     mtab, mmeta = io.read_table(store / "measure.parquet", "measure")
     run = json.loads((store / "run.json").read_text())
     rows = ptab.to_pylist()
-    order = {m: i for i, m in enumerate(METHOD_ORDER)}
+    order = {m: i for i, m in enumerate(METHODS)}
     rows.sort(key=lambda r: (r["target_ms"], order.get(r["method"], len(order))))
     unit = pmeta.get("unit", "ms")
     seeds = max(r["seeds"] for r in rows)

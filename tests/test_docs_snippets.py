@@ -6,7 +6,7 @@
   `results/` (tests/workflow runs those on a tiny run).
 - ```sh blocks and `aows …` / `snakemake …` code spans name real `aows` subcommands and options (the help snapshot)
   or Snakemake targets of the workflow; the workflow tests dry-run them.
-- `section.key` in backticks is a key of the schema.
+- (`section.key` in backticks is a key of the schema: tests/test_configuration_doc.py.)
 """
 
 from __future__ import annotations
@@ -121,37 +121,6 @@ def test_shell_snippets_name_real_commands(item):
                 assert _target_exists(t, text), (line, t)
         else:
             raise AssertionError(f"{item[0]}: a shell snippet the test does not know: {line}")
-
-
-def _is_key(dotted: str, schema: dict) -> bool:
-    """Whether `a.b.c` is a key of the schema; a component that names an entry of a free mapping (a device name,
-    `<name>`) passes where the schema allows any name there."""
-    node = schema
-    for part in dotted.split("."):
-        props = node.get("properties") or {}
-        if part in props:
-            node = props[part]
-        elif isinstance(node.get("additionalProperties"), dict):
-            node = node["additionalProperties"]
-        else:
-            return False
-    return True
-
-
-SECTIONS = ("seed", "space", "data", "devices", "sampling", "profiling", "lut", "decode", "verify", "train",
-            "supernet", "aows", "greedy", "retrain", "measure")
-KEY = re.compile(rf"`((?:{'|'.join(SECTIONS)})\.[A-Za-z_<>.]+)(?::[^`]*)?`")
-
-
-def test_every_config_key_the_pages_name_exists():
-    """`section.key` in a code span of these pages or of README.md is a key of the schema."""
-    from aows_core.config import load_schema
-
-    schema = load_schema()
-    named = {(page.name, k) for page in [*PAGES, ROOT / "README.md"]
-             for k in KEY.findall(page.read_text(encoding="utf-8"))}
-    missing = sorted((p, k) for p, k in named if not _is_key(k.rstrip("."), schema))
-    assert not missing, f"config keys the docs name that the schema lacks: {missing}"
 
 
 DEFINED = re.compile(r"^#### D(\d+)\.|^- \*\*D(\d+)[,.:]", re.M)

@@ -40,9 +40,9 @@ RETRAINED = ["results/retrain/synth/aows/range:0.5/seed0/result.parquet",
              "results/export/synth/aows/range:0.5/seed0/model.onnx"]
 
 
-def smk(workdir: Path, *args: str, check: bool = True, cores: int = 2) -> subprocess.CompletedProcess:
-    """Snakemake on the repository's workflow in `workdir`, output captured."""
-    cmd = ["snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), "--cores", str(cores), *args]
+def smk(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Snakemake on the repository's workflow in `workdir` on 2 cores, output captured."""
+    cmd = ["snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), "--cores", "2", *args]
     return subprocess.run(cmd, capture_output=True, text=True, check=check)
 
 
