@@ -69,7 +69,10 @@ def lut_validation(meas: np.ndarray, pred: np.ndarray, base: np.ndarray, meta: M
     ax.legend(fontsize=7, loc="upper left")
     ax.set_aspect("equal", adjustable="box")
     verdict = (meta.get("adequacy") or {}).get("verdict")
-    if verdict == "too_noisy":
+    if verdict == "width_unresolved":  # every width costs about the same on this device (launch-bound, too small)
+        ax.text(0.5, 0.02, "WIDTHS UNRESOLVED: the device's latency barely depends on the widths", transform=ax.transAxes,
+                ha="center", va="bottom", fontsize=8, color="tab:red", weight="bold")
+    elif verdict == "too_noisy":
         _noisy_banner(ax)
     elif verdict == "model_limited":  # quiet timings, but the table errs beyond them
         a = meta["adequacy"]

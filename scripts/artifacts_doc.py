@@ -202,9 +202,11 @@ KINDS: dict[str, Kind] = {
             "lam": "the table's λ",
             "link": "the table's link",
             "flops_ms_per_mmac": "the slope of the FLOPs-proportional model",
-            "adequacy": "the report of D34: `verdict` (at_noise, model_limited, too_noisy), `message`, `sigma_n`, "
-                        "`rel_rms`, `model_error`, `ratio_low` / `ratio_high` (95 % of measured ÷ predicted), "
-                        "`coverage`, `retest_reach_ms`, `beyond_retest`, `error_beyond_retest`",
+            "adequacy": "the report of D34: `verdict` (width_unresolved, at_noise, model_limited, too_noisy), "
+                        "`message`, `sigma_n`, `rel_rms`, `model_error`, `ratio_low` / `ratio_high` (95 % of measured "
+                        "÷ predicted), `coverage`, `retest_reach_ms`, `beyond_retest`, `error_beyond_retest`; the "
+                        "width-resolution check (docs/latency-model.md): `width_resolved`, `kendall_tau`, "
+                        "`latency_span` (predicted max ÷ min configuration), `span_sigmas`, `unresolved_because`",
             "sigma_n": "the profiling session's σ_n",
             "retest_pairs": "as in the latency file",
             "retest_within_5pct": "as in the latency file",

@@ -52,7 +52,16 @@ def _denormals_restored():
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook turns the group marks into node ids
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (`--dist loadgroup`), every test that reads the tiny runs goes to one worker, which makes
-    them once; the other tests spread over the other workers."""
+    them once; the other tests spread over the other workers. Tests marked `cuda` skip where torch sees no GPU
+    (`bash scripts/gpu_check.sh` runs them on one)."""
+    no_gpu = None
     for item in items:
         if {"tiny_run", "pareto_run"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("tiny_run"))
+        if item.get_closest_marker("cuda") is not None:
+            if no_gpu is None:
+                import torch
+
+                no_gpu = not torch.cuda.is_available()
+            if no_gpu:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (bash scripts/gpu_check.sh runs it on one)"))

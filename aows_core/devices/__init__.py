@@ -7,7 +7,7 @@
 | backend       | unit | what one sample is                                                  |
 |---------------|------|---------------------------------------------------------------------|
 | `torch-cpu`   | ms   | eager PyTorch forward of the BN-folded network (perf_counter_ns)     |
-| `torch-cuda`  | ms   | the same on a GPU (CUDA events)                                      |
+| `torch-cuda`  | ms   | the same on a GPU: a CUDA graph replay per pass (CUDA events)        |
 | `onnxruntime` | ms   | ONNX Runtime CPU session run of the same network (perf_counter_ns)   |
 | `flops`       | MMAC | exact multiply-accumulates (analytic: one sample, no drift)          |
 | `synthetic`   | ms   | a hidden ground-truth table + non-additive term, drift and noise     |

@@ -32,6 +32,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "channels_last": False,
     "graph_optimization": "all",
     "cuda_device": "cuda:0",
+    "timing": "graph",
+    "precision": "fp32",
     "noise": 0.02,
     "drift": 0.15,
     "nonadditive": 0.02,
@@ -39,6 +41,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "regime_dwell": 3.0,
     "spill": 0.0,
     "spill_at": 0.7,
+    "launch_floor": 0.0,
 }
 
 
@@ -92,6 +95,9 @@ class Device:
     analytic: ClassVar[bool] = False
     # Spec keys this backend reads; they (and only they) enter its fingerprint.
     keys: ClassVar[tuple[str, ...]] = ("batch_size",)
+    # What a latency file made before a key existed was timed with (its spec lacks the key): the key's value then,
+    # when that differs from today's default, so that such a file is refused, not read as today's default.
+    legacy: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
         self.spec = normalise_spec(spec)
@@ -174,9 +180,10 @@ def normalise_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def spec_differences(device: "Device", spec: Mapping[str, Any], spec_then: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """[(key, then, now)] of the device settings (backend + `device.keys`) that differ from those profiled (§4 same form)."""
+    """[(key, then, now)] of the device settings (backend + `device.keys`) that differ from those profiled (§4 same form);
+    a key the profiled spec lacks counts as `device.legacy`'s value for it (the form timed before the key existed)."""
     spec_then = dict(spec_then or {})
-    then = {"backend": spec_then.get("backend"), **normalise_spec(spec_then)}
+    then = {"backend": spec_then.get("backend"), **normalise_spec({**device.legacy, **spec_then})}
     now = {"backend": spec.get("backend"), **device.spec}
     return [(k, then.get(k), now.get(k)) for k in ("backend", *device.keys) if then.get(k) != now.get(k)]
 

@@ -5,6 +5,9 @@ The truth follows the latency model of §4 (eq. lat) plus what breaks it on real
 - an additive table, one value per latency variable (Θ, c_in, c_out) (shared variables share it):
   a_kind·MMAC + m·(activations + weights)/10⁶ + b_kind, times a per-variable factor exp(N(0, 0.05²))
   and a small penalty for widths that are not multiples of 16 — mostly, not exactly, monotone;
+- a launch floor: each layer costs at least `launch_floor` ms (whatever the batch), as on a GPU whose kernels are
+  shorter than their launch — above most layers' cost, every width costs about the same (validate-lut's
+  width-resolution check, docs/latency-model.md);
 - a cache spill (docs/method.md D39): the additive sum s becomes s + spill·max(0, s − s₀), s₀ at `spill_at` of the
   way from the smallest to the largest configuration's sum — the link the fit can recover;
 - a non-additive term: total × nonadditive · sin(2π·1.5·u + φ), u = MACs / MACs(max config);
@@ -45,7 +48,8 @@ class Synthetic(Device):
 
     name = "synthetic"
     unit = "ms"
-    keys = ("batch_size", "noise", "drift", "nonadditive", "interference", "regime_dwell", "spill", "spill_at")
+    keys = ("batch_size", "noise", "drift", "nonadditive", "interference", "regime_dwell", "spill", "spill_at",
+            "launch_floor")
 
     def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
         super().__init__(spec, space, seed)
@@ -59,7 +63,8 @@ class Synthetic(Device):
             raise ValueError(f"synthetic: spill must be ≥ 0 and spill_at in (0, 1), got {self.spill}, {self.spill_at}")
         if self.regime_dwell <= 0:
             raise ValueError(f"synthetic: regime_dwell must be > 0 jobs, got {self.regime_dwell}")
-        for k in ("noise", "drift", "nonadditive", "interference"):
+        self.launch_floor = float(self.spec["launch_floor"])
+        for k in ("noise", "drift", "nonadditive", "interference", "launch_floor"):
             if getattr(self, k) < 0:
                 raise ValueError(f"synthetic: {k} must be ≥ 0, got {getattr(self, k)}")
         if self.drift >= 0.95:
@@ -82,7 +87,7 @@ class Synthetic(Device):
     # ---- ground truth ------------------------------------------------------------------
     @cached_property
     def _table(self) -> np.ndarray:
-        """The hidden per-variable latencies (ms per forward of a batch)."""
+        """The hidden per-variable latencies (ms per forward of a batch), none below the launch floor."""
         macs = variable_macs(self.space).astype(np.float64)
         out = np.empty(self.space.n_variables)
         for v, (t, ci, co) in enumerate(self.space.variables):
@@ -98,6 +103,7 @@ class Synthetic(Device):
             penalty = 1.0 + (self._misalign if co % 16 else 0.0)
             out[v] = base * penalty * np.exp(self._jitter[v])
         out *= self.batch_size**0.9
+        out = np.maximum(out, self.launch_floor)
         out.setflags(write=False)
         return out
 

@@ -4,6 +4,13 @@
 `n_random` per-sample random configurations (masked) on the max's detached soft targets, with one
 optimizer step on the sum. It returns the per-sample hard-label cross-entropies of the random passes
 and of the max pass from the same step's logits (the terms of eq. average_error, `search.unaries`; D11).
+
+Off the CPU the step does not wait for the device (docs/method.md D29): the widths go to the device in one
+non-blocking copy (`nets.slimmable.place_widths`), losses, accuracy and per-sample CEs stay there, and a
+non-finite loss is caught by a device-side flag that undoes the optimizer step on the device (as torch.amp's
+GradScaler skips a step, without its host read). `StepRecord` copies a step's outputs to the host without
+waiting; whoever reads them (the epoch's metrics, the training-time unaries) raises `NonFiniteLoss` there with
+the step's number. On the CPU, where nothing runs ahead of the host, the losses are checked before the step.
 """
 
 from __future__ import annotations
@@ -16,30 +23,144 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .slimmable import SlimmableMobileNetV1
+from .slimmable import SlimmableMobileNetV1, place_widths
 
 
 class NonFiniteLoss(FloatingPointError):
     """A training loss became NaN or infinite; the step was not applied."""
 
 
+def defers(device: torch.device | str) -> bool:
+    """Whether a step on `device` checks finiteness on the device and is read later (D29): every device but the CPU."""
+    return torch.device(device).type != "cpu"
+
+
+def nonfinite_message(losses: Sequence[float], step: int | None) -> str:
+    """The `NonFiniteLoss` text: which of the step's losses (max, min, random passes) were not finite, and the fix."""
+    names = ["max (labels)", "min (distillation)"] + [f"random {r} (distillation)" for r in range(len(losses) - 2)]
+    bad = [f"{n}={v}" for n, v in zip(names, losses) if not np.isfinite(v)]
+    where = f" at step {step}" if step is not None else ""
+    return (f"non-finite training loss{where}: {', '.join(bad)}; the step was not applied "
+            f"(lower the learning rate, check the data for NaN/inf, or enable gradient clipping)")
+
+
 @dataclass
 class SandwichResult:
-    """Outputs of one sandwich step; per-sample CEs are hard-label, from train-mode logits before the update."""
+    """Outputs of one sandwich step, on the step's device; per-sample CEs are hard-label, from train-mode logits
+    before the update. The float properties read the device (a host wait): `record()` copies without one."""
 
     ce_max: torch.Tensor  # (B,) per-sample CE of the max configuration
     ce_random: torch.Tensor  # (R, B) per-sample CE of each random pass
-    widths: torch.Tensor  # (R, B, n_layers) channel counts used by the random passes
-    loss_max: float  # label loss of the max pass (with label smoothing if any)
-    loss_min: float  # distillation loss of the min pass
-    loss_random: list[float]  # distillation loss of each random pass
-    loss: float  # their sum (what was minimised)
-    acc_max: float = float("nan")  # top-1 accuracy of the max pass on this batch
+    losses: torch.Tensor  # (2 + R,) float64: max pass (labels, with smoothing), min pass, each random pass
+    acc: torch.Tensor  # () float64 top-1 accuracy of the max pass on this batch
+    nonfinite: torch.Tensor  # () bool: a loss was not finite and the step was not applied
+    step: int | None = None
+    skipped_by_scaler: bool = False  # fp16: a non-finite step is skipped (the scaler's rule), not raised
     extra: dict = field(default_factory=dict)
 
+    @property
+    def loss_max(self) -> float:
+        return float(self.losses[0])
+
+    @property
+    def loss_min(self) -> float:
+        return float(self.losses[1])
+
+    @property
+    def loss_random(self) -> list[float]:
+        return self.losses[2:].tolist()
+
+    @property
+    def loss(self) -> float:
+        """The sum of the passes' losses (what was minimised)."""
+        return float(sum(self.losses.tolist()))
+
+    @property
+    def acc_max(self) -> float:
+        return float(self.acc)
+
+    def diffs_tensor(self) -> torch.Tensor:
+        """(R, B) float64 ℓ(x, c) − ℓ(x, M) per sample, on the device (the terms of eq. average_error)."""
+        return self.ce_random.double() - self.ce_max.double()[None]
+
     def diffs(self) -> np.ndarray:
-        """(R, B) float64 ℓ(x, c) − ℓ(x, M) per sample (the terms of eq. average_error)."""
-        return (self.ce_random.double() - self.ce_max.double()[None]).cpu().numpy()
+        """(R, B) float64 ℓ(x, c) − ℓ(x, M) per sample, on the host."""
+        return self.diffs_tensor().cpu().numpy()
+
+    def record(self) -> "StepRecord":
+        """The step's outputs on their way to the host (`StepRecord`), without waiting for the device."""
+        return StepRecord(self)
+
+
+class StepRecord:
+    """One step's losses, accuracy, finiteness flag and per-sample differences, copied to the host in one
+    non-blocking copy into page-locked memory (CUDA) and read on first use (D29); immediate on the CPU."""
+
+    def __init__(self, res: SandwichResult):
+        R, B = res.ce_random.shape
+        self.step, self.shape, self.n_losses = res.step, (R, B), res.losses.numel()
+        self.skip = res.skipped_by_scaler
+        packed = torch.cat([res.losses.reshape(-1), res.acc.reshape(1).double(), res.nonfinite.reshape(1).double(),
+                            res.diffs_tensor().reshape(-1)]).detach()
+        self._event = None
+        if packed.device.type == "cuda":
+            host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+            host.copy_(packed, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+            packed = host
+        elif packed.device.type != "cpu":
+            packed = packed.cpu()
+        self._packed = packed
+        self._summary: tuple[float, float, float, float] | None = None
+
+    def _array(self) -> np.ndarray:
+        """The host values (waits for this step's copy once)."""
+        if self._event is not None:
+            self._event.synchronize()
+            self._event = None
+        return self._packed.numpy()
+
+    @property
+    def losses(self) -> list[float]:
+        """The step's losses: max pass, min pass, each random pass (float64 on the host)."""
+        return self._array()[: self.n_losses].tolist()
+
+    @property
+    def nonfinite(self) -> bool:
+        """A loss was not finite: the step was not applied."""
+        return bool(self._array()[self.n_losses + 1] != 0)
+
+    @property
+    def diffs(self) -> np.ndarray:
+        """(R, B) float64 per-sample differences of the step."""
+        return self._array()[self.n_losses + 2 :].reshape(self.shape)
+
+    @property
+    def loss(self) -> float:
+        """The sum of the passes' losses."""
+        return float(sum(self.losses))
+
+    def summary(self) -> tuple[float, float, float, float]:
+        """(max loss, min loss, mean random loss, max accuracy) of the step (or as set by `with_summary`)."""
+        if self._summary is None:
+            v = self._array()
+            lr = v[2 : self.n_losses].tolist()
+            self._summary = (float(v[0]), float(v[1]), float(np.mean(lr)), float(v[self.n_losses]))
+        return self._summary
+
+    def with_summary(self, values: Sequence[float]) -> "StepRecord":
+        """This record with its summary replaced (the means over data-parallel ranks, D30)."""
+        self._summary = tuple(float(v) for v in values)  # type: ignore[assignment]
+        return self
+
+    def check(self) -> bool:
+        """True if the step counts; False if the scaler skipped it (fp16); raises `NonFiniteLoss` otherwise."""
+        if not self.nonfinite:
+            return True
+        if self.skip:
+            return False
+        raise NonFiniteLoss(nonfinite_message(self.losses, self.step))
 
 
 def _as_width_list(sample_widths, n_random: int, batch: int) -> list[torch.Tensor]:
@@ -59,6 +180,13 @@ def _as_width_list(sample_widths, n_random: int, batch: int) -> list[torch.Tenso
     return ws
 
 
+def _placed(ws: list, device: torch.device) -> list:
+    """Host width tensors of a step off the CPU → `DeviceWidths`, in one copy (§5, D29); a CPU step takes them as given."""
+    if device.type == "cpu" or not ws or any(not isinstance(w, torch.Tensor) or w.device.type != "cpu" for w in ws):
+        return ws  # on the CPU, already placed, or already on a device (their range is read there)
+    return place_widths(torch.stack(ws), device)
+
+
 def distill_loss(logits: torch.Tensor, soft_targets: torch.Tensor, kind: str = "kl") -> torch.Tensor:
     """In-place distillation loss (§3) against detached teacher probabilities: KL(p‖q) or soft CE (same gradient)."""
     logq = F.log_softmax(logits, dim=1)
@@ -67,6 +195,97 @@ def distill_loss(logits: torch.Tensor, soft_targets: torch.Tensor, kind: str = "
     if kind == "soft_ce":
         return -(soft_targets * logq).sum(1).mean()
     raise ValueError(f"unknown distillation loss {kind!r}; valid: 'kl', 'soft_ce'")
+
+
+def _updated_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The parameters a step changes (those with a gradient)."""
+    return [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+
+
+def step_unless(optimizer: torch.optim.Optimizer, bad: torch.Tensor) -> None:
+    """`optimizer.step()`, undone on the device where the 0-d bool `bad` holds (GradScaler's skip without its host
+    read, D29): parameters and tensor state are restored, state the step created is zeroed (a first momentum
+    buffer of zeros continues exactly as none)."""
+    params = _updated_tensors(optimizer)
+    kept = [p.detach().clone() for p in params]
+    state = [{k: v.detach().clone() for k, v in optimizer.state.get(p, {}).items()
+              if isinstance(v, torch.Tensor) and v.device == p.device} for p in params]
+    optimizer.step()
+    with torch.no_grad():
+        for p, old, before in zip(params, kept, state):
+            p.copy_(torch.where(bad, old, p))
+            for k, v in optimizer.state.get(p, {}).items():
+                if not isinstance(v, torch.Tensor) or v.device != p.device:
+                    continue
+                if k in before:
+                    v.copy_(torch.where(bad, before[k], v))
+                else:
+                    v.masked_fill_(bad, 0)
+
+
+def kept_buffers(net: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(buffer, copy) of every buffer (BatchNorm running statistics and counts), to restore after a skipped step."""
+    return [(b, b.detach().clone()) for b in net.buffers()]
+
+
+def restore_where(bad: torch.Tensor, kept: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Put the kept values back where `bad` holds, on the device (a skipped step leaves no running statistics)."""
+    with torch.no_grad():
+        for b, old in kept:
+            b.copy_(torch.where(bad, old, b))
+
+
+def _any_rank(flag: torch.Tensor, model) -> torch.Tensor:
+    """A flag set on any data-parallel rank (D30), all-reduced on the device; the flag itself with one process."""
+    import torch.distributed as dist
+
+    if getattr(model, "no_sync", None) is None or not (dist.is_available() and dist.is_initialized()):
+        return flag
+    f = flag.to(torch.int32)
+    dist.all_reduce(f, op=dist.ReduceOp.MAX)
+    return f.bool()
+
+
+def scaler_skip(scaler, optimizer, bad: torch.Tensor) -> torch.Tensor:
+    """`bad` or the fp16 scaler's own inf/nan check of the unscaled gradients (GradScaler's skip rule), on the device."""
+    skip = bad.clone()
+    for f in scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values():
+        skip |= f.to(skip.device) != 0
+    return skip
+
+
+def _apply(optimizer, model, losses: torch.Tensor, scaler, grad_clip: float | None, deferred: bool,
+           step: int | None) -> torch.Tensor:
+    """Clip and take the optimizer step unless a loss is non-finite (§3); returns the non-finite flag.
+
+    Checked now (the CPU): `NonFiniteLoss` before the step, or with an fp16 scaler the step skipped. Deferred
+    (D29): the step is undone on the device, nothing is read."""
+    bad = ~torch.isfinite(losses).all()
+    skip_now = False
+    if deferred:
+        bad = _any_rank(bad, model)
+    else:
+        vals = losses.tolist()  # one read of all losses
+        skip_now = not all(np.isfinite(vals))
+        if skip_now and scaler is None:
+            optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLoss(nonfinite_message(vals, step))
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # records the gradients' own inf/nan check, on the device
+    if grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if scaler is None:
+        if deferred:
+            step_unless(optimizer, bad)
+        else:
+            optimizer.step()
+        return bad
+    if deferred:
+        step_unless(optimizer, scaler_skip(scaler, optimizer, bad))
+    elif not skip_now:
+        scaler.step(optimizer)  # skips a step whose gradients overflowed
+    scaler.update()
+    return bad
 
 
 def sandwich_step(
@@ -84,27 +303,32 @@ def sandwich_step(
     step: int | None = None,
     autocast: Callable[[], ContextManager] = contextlib.nullcontext,
     scaler: torch.amp.GradScaler | None = None,
+    defer: bool | None = None,
 ) -> SandwichResult:
     """One sandwich-rule step with in-place distillation (§3) and per-sample random configurations (§5).
 
     sample_widths: per-sample channel counts of the random passes: a (B, n_layers) tensor
-    (n_random = 1), an (R, B, n_layers) tensor, a sequence of R (B, n_layers) tensors, or a callable
-    r ↦ (B, n_layers) tensor. The max configuration is trained on labels (hard CE, optional label
+    (n_random = 1), an (R, B, n_layers) tensor, a sequence of R (B, n_layers) tensors or `DeviceWidths`, or a
+    callable r ↦ (B, n_layers) tensor. The max configuration is trained on labels (hard CE, optional label
     smoothing), the min configuration (sliced) and the random passes (masked) on the max's detached
     probabilities. Gradients of the passes are accumulated (backward per pass, so each graph is
-    freed early) and ONE optimizer step is taken on their sum. A non-finite loss raises
-    `NonFiniteLoss` before the optimizer step (gradients are zeroed).
+    freed early) and ONE optimizer step is taken on their sum. A non-finite loss is never applied:
+    `defer` False (default on the CPU) raises `NonFiniteLoss` before the optimizer step (gradients zeroed);
+    True (default on other devices, D29) undoes the step on the device and sets `nonfinite`, read later
+    through `record()`. Host widths are moved to the device once per step (`place_widths`).
     `model` may be a DistributedDataParallel wrapper: every pass goes through its forward, the passes
     before the last run under `no_sync()`, so gradients are all-reduced once per step.
     Mixed precision (docs/method.md D29): each forward runs under `autocast()` (a torch.autocast context),
     losses are computed on float32 logits, backward runs outside it; with a `scaler` (fp16) the losses are
-    scaled and `scaler.step` skips a step whose gradients overflowed.
+    scaled and a step whose gradients (or losses) are not finite is skipped by the scaler's rule, not raised.
     """
     net = getattr(model, "module", model)  # a DistributedDataParallel wrapper routes forward to .module
     model.train()
+    deferred = defers(x.device) if defer is None else bool(defer)
     B = x.shape[0]
-    ws = _as_width_list(sample_widths, n_random, B)
+    ws = _placed(_as_width_list(sample_widths, n_random, B), x.device)
     optimizer.zero_grad(set_to_none=True)
+    kept = kept_buffers(net) if deferred or scaler is not None else []  # a step that may be skipped, not raised
     # Under DDP, gradients are accumulated locally and all-reduced once, by the last pass's backward.
     no_sync = getattr(model, "no_sync", None)
     n_pass = 2 + len(ws)
@@ -146,35 +370,16 @@ def sandwich_step(
         loss, ce = run(2 + r, random_pass(w))
         losses.append(loss)
         ce_rand.append(ce)
-    ce_max, acc = state["ce_max"], state["acc"]
-
-    vals = torch.stack(losses).double().cpu().tolist()  # one synchronisation for all losses
-    if not all(np.isfinite(vals)):
-        names = ["max (labels)", "min (distillation)"] + [f"random {r} (distillation)" for r in range(n_random)]
-        bad = [f"{n}={v}" for n, v in zip(names, vals) if not np.isfinite(v)]
-        optimizer.zero_grad(set_to_none=True)
-        where = f" at step {step}" if step is not None else ""
-        raise NonFiniteLoss(
-            f"non-finite training loss{where}: {', '.join(bad)}; the step was not applied "
-            f"(lower the learning rate, check the data for NaN/inf, or enable gradient clipping)"
-        )
-    if scaler is not None:
-        if grad_clip is not None:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        if grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        optimizer.step()
+    ce_max = state["ce_max"]
+    vals = torch.stack(losses).double()
+    bad = _apply(optimizer, model, vals, scaler, grad_clip, deferred, step)
+    restore_where(bad, kept)
     return SandwichResult(
         ce_max=ce_max,
         ce_random=torch.stack(ce_rand) if ce_rand else ce_max.new_zeros((0, B)),
-        widths=torch.stack([w.to(ce_max.device) for w in ws]) if ws else torch.zeros((0, B, net.space.n_layers), dtype=torch.long),
-        loss_max=vals[0],
-        loss_min=vals[1],
-        loss_random=vals[2:],
-        loss=float(sum(vals)),
-        acc_max=float(acc),
+        losses=vals,
+        acc=state["acc"].double(),
+        nonfinite=bad,
+        step=step,
+        skipped_by_scaler=scaler is not None,
     )

@@ -8,6 +8,10 @@ convolutions run in reduced precision, the recalibration statistics and normalis
 the images must be on the model's device. Data-parallel scoring (`greedy.processes`, D30): each process holds
 its share of the evaluation images and all the calibration images (so every process recalibrates BN to the
 same statistics), and `reduce` sums the (errors, cross-entropy) of the shares.
+
+`score_many` scores a list of configurations: on CUDA (`batched`, by the model's device) several per forward
+(`nets.batched`: each configuration a group with its own recalibrated statistics, shared prefixes run once, one
+host copy and one `reduce` per call); on the CPU one at a time with `score`, which is cheaper there (bench/README.md).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from ..space import SearchSpace
+from .batched import (APPLY, CALIBRATE, DevicePlan, as_sources, chunks, configs_per_pass, grouped_features, grouped_logits,
+                      on_cuda, prefix_plan)
 from .batchnorm import at_least_float32
 
 
@@ -25,9 +31,12 @@ class SubnetScorer:
     """Error and cross-entropy of sub-networks of a supernet with per-candidate BN recalibration (§3)."""
 
     def __init__(self, model: Any, cal: torch.Tensor, x_eval: torch.Tensor, y_eval: torch.Tensor, batch_size: int,
-                 reduce: Callable[[list[float]], list[float]] | None = None):
+                 reduce: Callable[[list[float]], list[float]] | None = None, batched: bool | None = None,
+                 per_pass: int | None = None):
         """`x_eval`, `y_eval`: this process's evaluation images; `reduce`: a sum over the processes that hold
-        the others (None: these are all of them)."""
+        the others (None: these are all of them); `batched`: `score_many` runs several configurations per forward
+        (None: when the model is on CUDA); `per_pass`: configurations per batched forward (None: by the
+        activation budget of `nets.batched`)."""
         self.model = model.eval()
         self.space: SearchSpace = model.space
         fmt = torch.channels_last if model.channels_last else torch.contiguous_format
@@ -38,6 +47,9 @@ class SubnetScorer:
         self._prefix_of: tuple[int, ...] | None = None
         self._reduce = reduce
         self.n = len(y_eval) if reduce is None else int(reduce([float(len(y_eval))])[0])  # evaluation images, all ranks
+        self.batched = on_cuda(model) if batched is None else bool(batched)
+        self.per_pass = (configs_per_pass(self.space, max(len(cal), int(batch_size))) if per_pass is None
+                         else max(1, int(per_pass)))
 
     def _units(self, i: int, full: Sequence[int]):
         """(conv, bn, weight slice, groups) of edge i's conv units under `full` channels."""
@@ -95,6 +107,39 @@ class SubnetScorer:
             e, ce = self._reduce([float(errors), ce])
             errors = int(round(e))
         return errors, ce
+
+    @torch.inference_mode()
+    def score_many(self, configs: Sequence[Sequence[int]]) -> list[tuple[int, float]]:
+        """[`score(c)` for c in configs]: batched (`per_pass` per forward) or one at a time (§3, D22)."""
+        if not self.batched:
+            return [self.score(c) for c in configs]
+        parts = [self._score_batch([configs[k] for k in part]) for part in chunks(len(configs), self.per_pass)]
+        if not parts:
+            return []
+        vals = torch.cat(parts).cpu().flatten().tolist()  # one host copy: (errors, CE) of every configuration
+        if self._reduce is not None:
+            vals = self._reduce(vals)
+        return [(int(round(vals[2 * k])), float(vals[2 * k + 1])) for k in range(len(configs))]
+
+    def _score_batch(self, configs: Sequence[Sequence[int]]) -> torch.Tensor:
+        """(K, 2) float64 (errors, summed CE) on the device: BN statistics of every group recorded on the calibration
+        images (biased variance normalises them, the unbiased one the evaluation images, as `_edge`), then applied."""
+        for c in configs:
+            self.space.indices(c)
+        dp = DevicePlan(prefix_plan(configs), self.cal.device)
+        stats: list = []
+        grouped_features(self.model, dp, as_sources(self.model, self.cal, 1), CALIBRATE, stats)
+        K = len(configs)
+        errors = torch.zeros(K, dtype=torch.int64, device=self.cal.device)
+        ce = torch.zeros(K, dtype=torch.float64, device=self.cal.device)
+        start = 0
+        for x in self.x:
+            y = self.y[start:start + len(x)]
+            start += len(x)
+            logits = grouped_logits(self.model, dp, as_sources(self.model, x, 1), APPLY, list(stats))  # (K, b, classes)
+            errors += (logits.argmax(2) != y).sum(1)
+            ce += F.cross_entropy(logits.flatten(0, 1).double(), y.repeat(K), reduction="none").view(K, -1).sum(1)
+        return torch.stack([errors.double(), ce], 1)
 
 
 @torch.inference_mode()

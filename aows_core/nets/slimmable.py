@@ -14,7 +14,7 @@ units normalise in float32). Memory format: `channels_last=True` keeps 4-d weigh
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -39,6 +39,36 @@ def widths_tensor(space: SearchSpace, idx, device=None) -> torch.Tensor:
             raise ValueError(f"choice index out of range at layer {i}: allowed 0..{len(ch) - 1}")
         out[:, i] = np.asarray(ch, dtype=np.int64)[col]
     return torch.as_tensor(out, device=device)
+
+
+class DeviceWidths(NamedTuple):
+    """Per-sample widths on the training device with their per-layer range read on the host (§5): a masked pass
+    then reads nothing back from the device (docs/method.md D29)."""
+
+    values: torch.Tensor  # (B, n_layers) int64 channel counts, on the device of the batch
+    lowest: tuple[int, ...]  # per layer, the batch's smallest width (validated on the host)
+    widest: tuple[int, ...]  # per layer, the batch's largest width (what `truncate` computes up to)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.values.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+
+def place_widths(widths: torch.Tensor, device: torch.device | str) -> list[DeviceWidths]:
+    """(R, B, n_layers) host widths → R `DeviceWidths`: ranges read on the host, ONE non-blocking copy to the device."""
+    if widths.dim() != 3:
+        raise ValueError(f"widths must be (R, B, n_layers), got {tuple(widths.shape)}")
+    host = widths.detach().to("cpu", torch.int64)
+    lo, hi = (v.tolist() for v in torch.aminmax(host, dim=1)) if host.numel() else ([[]] * len(host), [[]] * len(host))
+    device = torch.device(device)
+    if device.type == "cuda":
+        host = host.pin_memory()  # page-locked: the copy below does not wait for the stream
+    on_device = host.to(device, non_blocking=True)
+    return [DeviceWidths(on_device[r], tuple(lo[r]), tuple(hi[r])) for r in range(len(host))]
 
 
 class SlimmableMobileNetV1(nn.Module):
@@ -96,6 +126,11 @@ class SlimmableMobileNetV1(nn.Module):
     def _check_widths(self, widths: torch.Tensor, batch: int) -> tuple[torch.Tensor, list[int]]:
         """Validated widths and the batch's largest width of every layer."""
         L = self.space.n_layers
+        if isinstance(widths, DeviceWidths):  # placed by `place_widths`: validated from its host-side range
+            if widths.shape != (batch, L):
+                raise ValueError(f"widths must be a (B={batch}, n_layers={L}) tensor of channel counts, got {tuple(widths.shape)}")
+            self._check_range(widths.lowest, widths.widest)
+            return widths.values, [int(h) for h in widths.widest]
         if not isinstance(widths, torch.Tensor):
             widths = torch.as_tensor(np.asarray(widths), dtype=torch.long)
         if widths.shape != (batch, L):
@@ -103,10 +138,14 @@ class SlimmableMobileNetV1(nn.Module):
         if widths.dtype.is_floating_point:
             raise ValueError("widths must be an integer tensor of channel counts")
         lo, hi = (v.tolist() for v in torch.aminmax(widths, dim=0))
+        self._check_range(lo, hi)
+        return widths, [int(h) for h in hi]
+
+    def _check_range(self, lo: Sequence[int], hi: Sequence[int]) -> None:
+        """Refuse per-layer widths outside 1..max."""
         for i, (a, b) in enumerate(zip(lo, hi)):
             if a < 1 or b > self._max[i]:
                 raise ValueError(f"widths at layer {i} must lie in 1..{self._max[i]}, got {a}..{b}")
-        return widths, [int(h) for h in hi]
 
     # ---- masked per-sample forward (§5) ----------------------------------------------------------
     def _masked_bn_relu(self, z: torch.Tensor, bn: nn.BatchNorm2d, m: torch.Tensor) -> torch.Tensor:

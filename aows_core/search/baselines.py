@@ -76,20 +76,25 @@ def decide_uniform(space: SearchSpace, x: np.ndarray, targets: Sequence[str], *,
 # ---------------------------------------------------------------------------------------------
 def greedy_trim(
     choices_counts: Sequence[int],
-    score: Callable[[np.ndarray, int], Any],
+    score: Callable[[np.ndarray, int], Any] | None,
     start: Sequence[int] | None = None,
     *,
     fixed_ends: bool = True,
     on_step: Callable[[np.ndarray, int, Any, int], None] | None = None,
+    score_many: Callable[[list[np.ndarray], list[int]], Sequence[Any]] | None = None,
 ) -> list[np.ndarray]:
     """AutoSlim-style greedy trimming (§3): from `start` (default max) down to the min config, lowest score first.
 
     At each step every searchable node (nodes 1..n-1 when `fixed_ends`, else all) that can still go
     one choice lower yields a candidate (that node lowered by one), scored in ascending node order by
     `score(candidate, node)` (lower is better: a float, or a tuple compared lexicographically); ties go
-    to the lowest node index; a NaN float is refused. `on_step(config, node, score, n_candidates)`
-    follows each step. Returns the configurations (choice indices per node) from `start` to the all-lowest one.
+    to the lowest node index; a NaN float is refused. `score_many(candidates, nodes)`, when given, scores
+    a step's candidates in one call instead (a batched scorer), with the same order and ties.
+    `on_step(config, node, score, n_candidates)` follows each step. Returns the configurations (choice
+    indices per node) from `start` to the all-lowest one.
     """
+    if (score is None) == (score_many is None):
+        raise ValueError("give exactly one of score and score_many")
     counts = np.asarray(choices_counts, dtype=np.int64)
     if counts.ndim != 1 or counts.size == 0 or (counts < 1).any():
         raise ValueError(f"choices_counts must be positive integers, got {list(counts)}")
@@ -102,11 +107,11 @@ def greedy_trim(
         movable = [int(i) for i in nodes if cur[i] > 0]
         if not movable:
             return traj
+        cands = [_lowered(cur, i) for i in movable]
+        scores = list(score_many(cands, movable)) if score_many is not None else None
         best_i, best_s = -1, None
-        for i in movable:
-            cand = cur.copy()
-            cand[i] -= 1
-            s = score(cand, i)
+        for k, (i, cand) in enumerate(zip(movable, cands)):
+            s = scores[k] if scores is not None else score(cand, i)
             if not isinstance(s, tuple):
                 s = float(s)
                 if np.isnan(s):
@@ -118,6 +123,13 @@ def greedy_trim(
         traj.append(cur)
         if on_step is not None:
             on_step(cur, best_i, best_s, len(movable))
+
+
+def _lowered(cur: np.ndarray, node: int) -> np.ndarray:
+    """A copy of configuration `cur` with `node` one choice lower (a greedy candidate, §3)."""
+    cand = cur.copy()
+    cand[node] -= 1
+    return cand
 
 
 def first_meeting(
@@ -145,12 +157,15 @@ def trajectory_row(space: SearchSpace, step: int, layer_idx: Sequence[int], laye
             "error": errors / n, "cross_entropy": ce / n, "candidates": candidates}
 
 
-def greedy_search(scorer: Any, on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+def greedy_search(scorer: Any, on_step: Callable[[dict[str, Any]], None] | None = None,
+                  batched: bool | None = None) -> list[dict[str, Any]]:
     """AutoSlim trimming (§3, D22) from max to min: each step lowers the layer with the least (errors, CE) increase.
 
     `scorer.score(channels, start_edge=...)` → (errors, summed CE) on `scorer.n` images; candidates are
-    scored in ascending layer order, so each reuses the cached activations entering its layer.
-    `on_step(row)` follows each trimming step (a progress bar).
+    scored in ascending layer order, so each reuses the cached activations entering its layer. Batched
+    (`batched`, default the scorer's own `batched` attribute, set on CUDA): a step's candidates in one
+    `scorer.score_many(list of channels)` call, the same scores. `on_step(row)` follows each trimming step
+    (a progress bar).
     """
     space = scorer.space
     counts = [len(c) for c in space.choices]
@@ -164,5 +179,9 @@ def greedy_search(scorer: Any, on_step: Callable[[dict[str, Any]], None] | None 
         if on_step is not None:
             on_step(rows[-1])
 
-    greedy_trim(counts, lambda cand, node: scorer.score(space.channels_of(cand), start_edge=node - 1), on_step=step)
+    if getattr(scorer, "batched", False) if batched is None else batched:
+        greedy_trim(counts, None, on_step=step,
+                    score_many=lambda cands, _nodes: scorer.score_many([space.channels_of(c) for c in cands]))
+    else:
+        greedy_trim(counts, lambda cand, node: scorer.score(space.channels_of(cand), start_edge=node - 1), on_step=step)
     return rows

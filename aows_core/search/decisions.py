@@ -74,7 +74,7 @@ def width_signal_note(z: float | None) -> str | None:
         return (f"no width signal detectable: the max network beats the min network under these unaries by "
                 f"z = {z if z is not None else float('nan'):.2f} standard errors (< {Z_DETECT:g}); the decisions follow "
                 f"noise, not accuracy. Train the supernet longer (supernet.epochs, data.train_subset) or estimate "
-                f"the unaries on more configurations (supernet.estimate_configs).")
+                f"the unaries on more configurations (supernet.estimate_configs for OWS, aows.final_configs for AOWS).")
     return None
 
 

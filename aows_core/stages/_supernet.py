@@ -17,14 +17,14 @@ if TYPE_CHECKING:
 
 
 def launch_scoring(command: str, config: Mapping[str, Any], args: argparse.Namespace, dests: Sequence[str]) -> bool:
-    """With greedy.processes = N > 1 outside torchrun: run `command` as N processes of supernet.threads threads each;
+    """With greedy.processes = N > 1 outside torchrun: run `command` as N processes of greedy.threads threads each;
     True if it did."""
     from . import forward_options, torchrun
 
     n = int(config["greedy"]["processes"])
     if not (n > 1 and "RANK" not in os.environ):
         return False
-    torchrun(command, config, forward_options(args, dests), n, int(config["supernet"]["threads"]))
+    torchrun(command, config, forward_options(args, dests), n, int(config["greedy"]["threads"]))
     return True
 
 
@@ -43,7 +43,7 @@ def supernet_scorer(config: Mapping[str, Any], model_path: str | os.PathLike, sp
     from ..nets.slimmable import SlimmableMobileNetV1
     from ..training.distributed import float_sum
 
-    torch.set_num_threads(int(config["supernet"]["threads"]))
+    torch.set_num_threads(int(config["greedy"]["threads"]))
     model = SlimmableMobileNetV1(space, channels_last=bool(config["supernet"]["channels_last"]))
     model.load_state_dict(artifacts.read_supernet_state(model_path, space))
     model.to(accel.device)

@@ -37,7 +37,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     rank 0 writes."""
     from ..training.distributed import process_group
 
-    with process_group(int(config["greedy"]["processes"]), str(config["train"]["device"]), "greedy.processes") as ddp:
+    with process_group(int(config["greedy"]["processes"]), str(config["train"]["device"]), "greedy.processes",
+                       deterministic=bool(config["train"]["deterministic"])) as ddp:
         return _run(config, inputs, outputs, ddp, progress=progress)
 
 

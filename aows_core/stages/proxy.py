@@ -42,7 +42,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     images and rank 0 writes."""
     from ..training.distributed import process_group
 
-    with process_group(int(config["greedy"]["processes"]), str(config["train"]["device"]), "greedy.processes") as ddp:
+    with process_group(int(config["greedy"]["processes"]), str(config["train"]["device"]), "greedy.processes",
+                       deterministic=bool(config["train"]["deterministic"])) as ddp:
         return _run(config, inputs, outputs, ddp, device=device)
 
 
@@ -63,13 +64,12 @@ def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[
     accel = accelerator(config, ddp.device)
     scorer = supernet_scorer(config, model, space, accel, n_eval=int(d["search_val"]), n_cal=int(d["calibration"]),
                              batch_size=int(config["greedy"]["batch_size"]), ddp=ddp)
-    scored: dict[tuple[int, ...], int] = {}
+    distinct = list(dict.fromkeys(tuple(int(c) for c in r["channels"]) for r in finalists))
+    with accel.autocast():  # batched on CUDA, one at a time on the CPU (scorer.batched)
+        scored = {ch: s[0] for ch, s in zip(distinct, scorer.score_many(distinct))}
     rows, n = [], scorer.n
     for r in finalists:
         ch = tuple(int(c) for c in r["channels"])
-        if ch not in scored:
-            with accel.autocast():
-                scored[ch] = scorer.score(ch)[0]
         rows.append({"method": r["method"], "device": device, "target": r["target"], "channels": list(ch),
                      "sum_delta": sum_delta(u, space.indices(ch)), "supernet_errors": scored[ch], "supernet_n": n,
                      "supernet_acc": 1.0 - scored[ch] / n})
@@ -101,7 +101,7 @@ def unaries_check(space, u, scorer, config: Mapping[str, Any], accel: Accelerato
     idx = uniform_layer_indices(space, N_CHECK, rng)
     n = scorer.n
     with accel.autocast():
-        ce = [scorer.score(space.layer_channels(i))[1] / n for i in idx]
+        ce = [s[1] / n for s in scorer.score_many([space.layer_channels(i) for i in idx])]
     sd = [sum_delta(u, np.r_[0, i, 0]) for i in idx]
     rho = spearmanr(sd, ce)
     return {"n_configs": N_CHECK, "spearman_sum_delta_vs_supernet_ce": float(rho.statistic),

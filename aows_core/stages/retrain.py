@@ -65,7 +65,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     and evaluates its shard; rank 0 writes."""
     from ..training.distributed import process_group
 
-    with process_group(int(config["retrain"]["processes"]), str(config["train"]["device"]), "retrain.processes") as ddp:
+    with process_group(int(config["retrain"]["processes"]), str(config["train"]["device"]), "retrain.processes",
+                       deterministic=bool(config["train"]["deterministic"])) as ddp:
         return _run(config, inputs, outputs, ddp, resume_dir=resume_dir, seed=seed, channels=channels,
                     progress=progress, stop_after=stop_after)
 
@@ -104,7 +105,7 @@ def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[
     accel = accelerator(config, ddp.device)
 
     spec = data_spec(config, "retrain", train_seed=seed)
-    splits = load_splits(spec, pin_memory=accel.device.type == "cuda")
+    splits = load_splits(spec, device=accel.device)  # an in-memory dataset is held and augmented there
     check_dataset(splits.info, space)
     desc = f"retrain {row['method']} {row['target']}" if decision is not None else f"retrain {net_key(channels)}"
     res = train_network(config, space, channels, splits, resume_dir, accel, seed=seed, progress=progress,

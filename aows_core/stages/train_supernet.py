@@ -48,7 +48,9 @@ def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
                          f"supernet.processes = {n}")
     argv = forward_options(args, ("method", "out_dir", "resume_dir", "lut", "device", "target", "init_from",
                                   "stop_after", "quiet"))
-    torchrun(COMMAND, config, argv, n, int(config["supernet"]["threads"]), int(config["supernet"]["nodes"]),
+    from ..training.supernet import training_threads
+
+    torchrun(COMMAND, config, argv, n, training_threads(config, args.method), int(config["supernet"]["nodes"]),
              print_only=args.print_launch)
     return True
 
@@ -107,7 +109,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     last = res.metrics[-1]  # the width signal of the unaries that decide (the last epoch's)
     ws, se = last["width_signal"], last["width_signal_se"]
     meta.update(width_signal=ws, width_signal_se=se,
-                width_signal_z=ws / se if ws is not None and se is not None and se > 0 else None)
+                width_signal_z=ws / se if ws is not None and se is not None and se > 0 else None,
+                estimation_seconds=res.estimation_seconds)
     artifacts.write_records(res.rows, out_dir / "unaries.parquet", "unaries", meta)
     artifacts.write_records(res.metrics, out_dir / "metrics.parquet", "train_metrics", meta)
     artifacts.save_torch({"space": space.to_dict(), "space_hash": space.hash, "model": res.model_state,

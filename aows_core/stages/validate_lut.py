@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from . import add_config
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..search.link import Link
+    from ..space import SearchSpace
 
 COMMAND = "validate-lut"
 HELP = "validate the latency table on held-out networks (§7)"
@@ -58,7 +64,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
                                        "retest_nrmse", "max_noise", "too_noisy", "noise_message", "retimed")}
     retested = np.asarray(cols["latency_ms"], dtype=np.float64)[np.asarray(cols["role"]) == "retest"]
     verdict = adequacy(pred, l_te, float(lmeta["sigma_n"] or 0.0), retested, lmeta.get("noise_message") or "",
-                       lmeta.get("unit_short", "ms"))
+                       lmeta.get("unit_short", "ms"), span=latency_span(space, x, Link.from_meta(tmeta)), device=device)
     meta = artifacts.provenance(
         space,
         device,
@@ -83,6 +89,16 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     return {"lut": m_lut, "flops_proportional": m_flops, **noise, "adequacy": verdict}
 
 
+def latency_span(space: SearchSpace, x: np.ndarray, link: Link) -> float:
+    """L(max config) ÷ L(min config) as the table predicts them (eq. lat): how far apart the space's widths lie."""
+    import numpy as np
+
+    from ..latency import lut
+
+    ends = lut.predict(space, x, np.stack([space.indices(space.max_config), space.indices(space.min_config)]), link)
+    return float(ends[0] / ends[1])
+
+
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
     m, f = r["lut"], r["flops_proportional"]
     print(
@@ -92,5 +108,6 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
         + ("" if r["retest_nrmse"] is None else f" (as NRMSE: {100 * r['retest_nrmse']:.2f} %)")
         + f", retest pairs within ±10 %: {100 * (r['retest_within_10pct'] or 0):.1f} %"
     )
-    word = {"too_noisy": "WARNING", "model_limited": "NOTE"}.get(r["adequacy"]["verdict"], "")
+    word = {"width_unresolved": "WARNING", "too_noisy": "WARNING", "model_limited": "NOTE"}.get(
+        r["adequacy"]["verdict"], "")
     print(f"{word + ': ' if word else ''}{r['adequacy']['message']}")

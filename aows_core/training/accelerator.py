@@ -82,13 +82,20 @@ def check_precision(precision: str, device: torch.device) -> None:
                           "scaler); on the CPU use train.precision: bf16 (or fp32), or set train.device to a GPU")
 
 
+def deterministic_environment(deterministic: bool) -> None:
+    """With `train.deterministic` (D29), cuBLAS's fixed workspace (CUBLAS_WORKSPACE_CONFIG=:4096:8, a user's own value
+    kept): set before CUDA initialises (`training.distributed.process_group`), as cuBLAS reads it once."""
+    import os
+
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
 def deterministic_cuda() -> None:
     """Deterministic CUDA kernels (`train.deterministic`, D29): exact resume on GPUs as on the CPU.
 
     CUBLAS_WORKSPACE_CONFIG must be set before cuBLAS's first use in the process (a user's own value is kept)."""
-    import os
-
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    deterministic_environment(True)
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
 

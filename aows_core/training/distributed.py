@@ -20,7 +20,6 @@ collectives into the numpy estimators of `search.unaries`). Metrics are averaged
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -94,8 +93,15 @@ def init_distributed(processes: int, device: str = "auto", key: str = "supernet.
 
 
 @contextlib.contextmanager
-def process_group(processes: int, device: str = "auto", key: str = "supernet.processes") -> Iterator[Dist]:
-    """`init_distributed` for the duration of a block; a group this process initialised is destroyed after it."""
+def process_group(processes: int, device: str = "auto", key: str = "supernet.processes", *,
+                  deterministic: bool = False) -> Iterator[Dist]:
+    """`init_distributed` for the duration of a block; a group this process initialised is destroyed after it.
+
+    `deterministic` (`train.deterministic`, D29): cuBLAS's workspace setting goes into the environment first, before
+    anything here initialises CUDA."""
+    from .accelerator import deterministic_environment
+
+    deterministic_environment(deterministic)
     ddp = init_distributed(processes, device, key)
     try:
         yield ddp
@@ -226,7 +232,36 @@ def update_unaries(estimator, idx: np.ndarray, diffs: np.ndarray, world: int) ->
         all_gather_update(estimator, idx, diffs, torch_all_gather())  # window means: the gathered batch in rank (= sample) order
 
 
-def mean_metrics(res, ddp: Dist):
-    """The sandwich result with its scalar losses and accuracy averaged over ranks."""
-    a, b, c, d = mean_over_ranks([res.loss_max, res.loss_min, float(np.mean(res.loss_random)), res.acc_max], ddp)
-    return dataclasses.replace(res, loss_max=a, loss_min=b, loss_random=[c], acc_max=d)
+class DeferredUnaries:
+    """A training-time unaries estimator (`search.unaries`) fed the steps' `StepRecord`s, applied in step order when
+    anything reads it (§5 eq. average_error, §6's window: the same updates as per step, D29); one process only.
+
+    Every attribute but `defer` settles first, so epoch rows, checkpoints, the width signal and AOWS's sampler
+    (which reads it every step under `supernet.unaries: training`) see every step; a non-finite step raises
+    `NonFiniteLoss` there (an fp16 step the scaler skipped adds nothing)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self._pending: list[tuple[np.ndarray, Any]] = []
+
+    def defer(self, idx: np.ndarray, record: Any) -> None:
+        """Queue one step's choice indices (R, b, L) and its record (no host wait)."""
+        self._pending.append((np.asarray(idx), record))
+
+    def settle(self) -> None:
+        """Apply the queued steps, in order."""
+        pending, self._pending = self._pending, []
+        for idx, record in pending:
+            if record.check():
+                self.inner.update(idx, record.diffs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "_pending") or name.startswith("__"):
+            raise AttributeError(name)
+        self.settle()
+        return getattr(self.inner, name)
+
+
+def mean_metrics(record, ddp: Dist):
+    """A step's `StepRecord` with its scalar losses and accuracy averaged over ranks (read now, D30)."""
+    return record.with_summary(mean_over_ranks(list(record.summary()), ddp))

@@ -30,7 +30,7 @@ from ..config import resume_settings, settings_hash
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
 from .accelerator import Accelerator
-from .distributed import Dist, average_buffers, bn_group, data_parallel, mean_over_ranks
+from .distributed import Dist, average_buffers, bn_group, data_parallel
 from .loop import Position, progress_bar, run_epochs
 
 
@@ -48,6 +48,59 @@ def learning_rate(step: int, total: int, warmup: int, base: float) -> float:
         return base * (step + 1) / warmup
     u = (step - warmup) / max(1, total - warmup)
     return 0.5 * base * (1 + math.cos(math.pi * min(1.0, u)))
+
+
+class LossLog:
+    """The steps' training losses, kept on the training device and read at logging points (docs/method.md D29): a
+    checkpoint, the end, the progress bar every `log_seconds`; on the CPU at every step. A non-finite loss raises
+    there, with its epoch and step (the step itself was not applied); in fp16 the scaler skipped it."""
+
+    log_seconds = 2.0
+
+    def __init__(self, last_epoch: int, every_step: bool):
+        self.last_epoch, self.every_step = last_epoch, every_step
+        self._pending: list[tuple[int, int, torch.Tensor, bool]] = []
+        self._text: str | None = None
+        self._logged = -math.inf
+
+    def add(self, epoch: int, step: int, value: torch.Tensor, skippable: bool) -> None:
+        """Queue one step's global-batch loss (a 0-d float64 tensor)."""
+        self._pending.append((epoch, step, value, skippable))
+
+    def settle(self, acc: dict) -> None:
+        """Read the queued losses in one copy; the last epoch's go into acc's sums, in step order."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        values = torch.stack([v for _, _, v, _ in pending]).tolist()
+        for (epoch, k, _, skippable), value in zip(pending, values):
+            if not math.isfinite(value):
+                if skippable:
+                    continue
+                raise FloatingPointError(f"non-finite loss at epoch {epoch} step {k}; lower retrain.lr "
+                                         "(the step was not applied)")
+            if epoch == self.last_epoch:
+                acc["loss_sum"], acc["loss_n"] = acc["loss_sum"] + value, acc["loss_n"] + 1
+            self._text = f"{value:.3f}"
+
+    def postfix(self, acc: dict) -> dict[str, str]:
+        """The bar's loss, read every step on the CPU and every `log_seconds` elsewhere."""
+        now = time.perf_counter()
+        if self.every_step or now - self._logged >= self.log_seconds:
+            self.settle(acc)
+            self._logged = now
+        return {"loss": self._text} if self._text is not None else {}
+
+
+def mean_over_ranks_tensor(value: torch.Tensor, ddp: Dist) -> torch.Tensor:
+    """A 0-d float64 tensor averaged over ranks on its device (as `mean_over_ranks`, without reading it)."""
+    if ddp.world == 1:
+        return value
+    import torch.distributed as dist
+
+    v = value.clone()
+    dist.all_reduce(v)
+    return v / ddp.world
 
 
 def run_id(config: Mapping[str, Any], channels: Sequence[int], seed: int | None = None) -> str:
@@ -86,6 +139,7 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
     `seed` (default: the config's top-level seed) initialises the weights; the batches are the splits'."""
     from ..nets.batchnorm import synchronised
     from ..nets.mobilenet import MobileNetV1
+    from ..nets.sandwich import defers, kept_buffers, restore_where, scaler_skip, step_unless
 
     rt = config["retrain"]
     seed = int(config["seed"]) if seed is None else int(seed)
@@ -119,7 +173,11 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
     net = data_parallel(model, ddp)  # DDP broadcasts rank 0's parameters when built (identical by construction)
     group = bn_group(bool(rt["sync_bn"]))
 
+    deferred = defers(accel.device)  # off the CPU nothing is read back per step (D29)
+    log = LossLog(E - 1, every_step=not deferred)
+
     def save() -> None:
+        log.settle(acc)
         now = time.perf_counter()
         acc["seconds"] += now - acc["t0"]
         acc["t0"] = now
@@ -137,8 +195,9 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
         for g in opt.param_groups:
             g["lr"] = learning_rate(epoch * steps + k, total, warmup, rt["lr"])
         opt.zero_grad(set_to_none=True)
+        kept = kept_buffers(model) if deferred or scaler is not None else []  # a step that may be skipped
         chunks = micro_batches(len(y), rt.get("micro_batch"))
-        total_loss = 0.0
+        losses = []
         for j, (a, b) in enumerate(chunks):
             last = j == len(chunks) - 1
             sync = contextlib.nullcontext() if last or ddp.world == 1 else net.no_sync()  # one all-reduce, at the last
@@ -148,19 +207,26 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
                 # the shard's mean loss, accumulated over its chunks
                 loss = F.cross_entropy(logits, y[a:b], label_smoothing=rt["label_smoothing"]) * ((b - a) / len(y))
                 (loss if scaler is None else scaler.scale(loss)).backward()  # under DDP: averaged over ranks
-            total_loss += loss.item()
-        (value,) = mean_over_ranks([total_loss], ddp)  # the global batch's loss: every rank stops together
-        if not math.isfinite(value):
+            losses.append(loss.detach().double())
+        value = losses[0]
+        for v in losses[1:]:  # in chunk order, in float64 (as the host's float sum)
+            value = value + v
+        value = mean_over_ranks_tensor(value, ddp)  # the global batch's loss: every rank stops together
+        bad = ~torch.isfinite(value)
+        if not deferred and scaler is None and bool(bad):
             raise FloatingPointError(f"non-finite loss at epoch {epoch} step {k}; lower retrain.lr")
-        if scaler is None:
+        if scaler is None and deferred:
+            step_unless(opt, bad)
+        elif scaler is None:
             opt.step()
-        else:  # fp16: scaled loss; a step whose gradients overflowed is skipped
-            scaler.step(opt)
+        else:  # fp16: scaled loss; a step whose gradients overflowed (or whose loss is not finite) is skipped
+            scaler.unscale_(opt)
+            step_unless(opt, scaler_skip(scaler, opt, bad))
             scaler.update()
+        restore_where(bad, kept)
         average_buffers(model, ddp.world)  # BN running statistics of every rank's shard (D30)
-        if epoch == E - 1:
-            acc["loss_sum"], acc["loss_n"] = acc["loss_sum"] + value, acc["loss_n"] + 1
-        return {"loss": f"{value:.3f}"}
+        log.add(epoch, k, value, scaler is not None)
+        return log.postfix(acc)
 
     bar = progress_bar(progress and ddp.main, total=total, initial=pos.epoch * steps + pos.step, desc=desc, unit="step")
     complete = run_epochs(pos, epochs=E, steps=steps,
@@ -168,4 +234,5 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
                                                                                   world_size=ddp.world)),
                           step=step, end_epoch=lambda e: None, save=save, checkpoint_every=int(rt["checkpoint_every"]),
                           stop_after=stop_after, bar=bar, start_epoch=start_epoch)
+    log.settle(acc)
     return RetrainResult(complete, pos.epoch, pos.step, model, acc["seconds"], acc["loss_sum"], acc["loss_n"])

@@ -52,6 +52,11 @@ def run_id(config: Mapping[str, Any], method: str, device: str | None, target: s
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def training_threads(config: Mapping[str, Any], method: str) -> int:
+    """torch intra-op threads of a supernet run: supernet.threads for OWS, aows.threads for each AOWS run."""
+    return int(config["supernet" if method == "ows" else "aows"]["threads"])
+
+
 def make_sampler(space: SearchSpace, config: Mapping[str, Any], x: np.ndarray, target_value: float):
     """AOWS's sampler (§6) for a latency target on the table x; refuses an infeasible target here.
 
@@ -66,25 +71,31 @@ def make_sampler(space: SearchSpace, config: Mapping[str, Any], x: np.ndarray, t
 
 
 class EpochAccumulator:
-    """Running sums for one epoch's metrics row."""
+    """Running sums for one epoch's metrics row; the steps' `StepRecord`s are summed when read (the row, the
+    checkpoint, the progress bar every `log_seconds`), not per step (docs/method.md D29)."""
+
+    log_seconds = 2.0  # how often the progress bar's loss is read from the device
 
     def __init__(self, steps: int = 0, images: int = 0, seconds: float = 0.0, loss_max: float = 0.0,
                  loss_min: float = 0.0, loss_random: float = 0.0, acc: float = 0.0, last: dict | None = None,
-                 entropy: float = 0.0, sampled_latency: float = 0.0, gamma_zero: int = 0, adaptive_steps: int = 0):
+                 entropy: float = 0.0, sampled_latency: float = 0.0, gamma_zero: int = 0, adaptive_steps: int = 0,
+                 skipped: int = 0):
         self.steps, self.images, self.seconds = steps, images, seconds
         self.loss_max, self.loss_min, self.loss_random, self.acc = loss_max, loss_min, loss_random, acc
         self.last = last or {}
         self.entropy, self.sampled_latency = entropy, sampled_latency
         self.gamma_zero, self.adaptive_steps = gamma_zero, adaptive_steps
+        self.skipped = skipped  # fp16 steps the scaler skipped for a non-finite loss (not in the loss means)
+        self._pending: list = []
+        self._loss_text: str | None = None
+        self._logged = time.perf_counter()
 
-    def add(self, res, n: int, seconds: float, sampler_last: dict | None) -> None:
+    def add(self, record, n: int, seconds: float, sampler_last: dict | None) -> None:
+        """Count one step now; its `StepRecord` is summed at the next read."""
         self.steps += 1
         self.images += n
         self.seconds += seconds
-        self.loss_max += res.loss_max
-        self.loss_min += res.loss_min
-        self.loss_random += float(np.mean(res.loss_random))
-        self.acc += res.acc_max
+        self._pending.append(record)
         if sampler_last:
             self.last = {k: sampler_last.get(k) for k in ("gamma", "temperature", "scale")}
             self.adaptive_steps += 1
@@ -92,14 +103,39 @@ class EpochAccumulator:
             self.sampled_latency += sampler_last["sampled_latency"]
             self.gamma_zero += int(not sampler_last["binding"])
 
+    def settle(self) -> None:
+        """Sum the pending records in step order; a non-finite step raises `NonFiniteLoss` (its number in the text)."""
+        pending, self._pending = self._pending, []
+        for record in pending:
+            if not record.check():
+                self.skipped += 1
+                continue
+            a, b, c, d = record.summary()
+            self.loss_max += a
+            self.loss_min += b
+            self.loss_random += c
+            self.acc += d
+            self._loss_text = f"{record.loss:.3f}"
+
+    def postfix(self) -> dict[str, str]:
+        """The progress bar's postfix: throughput every step, the latest loss read every `log_seconds`."""
+        now = time.perf_counter()
+        if self._loss_text is None or now - self._logged >= self.log_seconds:
+            self.settle()
+            self._logged = now
+        out = {"img_s": f"{self.images / max(self.seconds, 1e-9):.0f}"}
+        return {**out, "loss": self._loss_text} if self._loss_text is not None else out
+
     def state(self) -> dict:
+        self.settle()
         return {"steps": self.steps, "images": self.images, "seconds": self.seconds, "loss_max": self.loss_max,
                 "loss_min": self.loss_min, "loss_random": self.loss_random, "acc": self.acc, "last": self.last,
                 "entropy": self.entropy, "sampled_latency": self.sampled_latency, "gamma_zero": self.gamma_zero,
-                "adaptive_steps": self.adaptive_steps}
+                "adaptive_steps": self.adaptive_steps, "skipped": self.skipped}
 
     def row(self, epoch: int, sampling: str, signal: Mapping[str, float] | None = None) -> dict:
-        s = max(self.steps, 1)
+        self.settle()
+        s = max(self.steps - self.skipped, 1)
         a = self.adaptive_steps
         signal = signal or {}
         return {
@@ -154,6 +190,7 @@ class _Run:
     adaptive: bool = False
     t_last: float = 0.0
     bn_group: Any = None  # the process group train-mode BN normalises over (supernet.sync_bn, D30), else None
+    estimation_seconds: float = 0.0  # wall seconds of this run's frozen-weight estimation passes (D26)
 
 
 @dataclass
@@ -172,6 +209,7 @@ class SupernetResult:
     main: bool
     spec: Any
     train_device: str
+    estimation_seconds: float = 0.0
 
     def summary(self, epochs: int) -> dict[str, Any]:
         """The stage's return value (as before the move)."""
@@ -187,6 +225,7 @@ def checkpoint_state(run: _Run) -> dict[str, Any]:
         "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "unaries": run.estimator.state_dict(),
         "sampler": None if run.sampler is None else run.sampler.state_dict(), "rows": run.rows, "metrics": run.metrics,
         "acc": run.acc.state(), "fit": None if run.fit is None else run.fit.state_dict(),
+        "estimation_seconds": run.estimation_seconds,
         **({} if run.scaler is None else {"scaler": run.scaler.state_dict()}),
     }
 
@@ -203,7 +242,7 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
     E, W = int(sn["epochs"]), int(aw["warmup_epochs"])
     schedule = TemperatureSchedule(W, E) if method == "aows" else None
     spec = data_spec(config)
-    splits = load_splits(spec, pin_memory=ddp.device.type == "cuda")
+    splits = load_splits(spec, device=ddp.device)  # an in-memory dataset is held and augmented there
     check_dataset(splits.info, space)
     steps = splits.steps_per_epoch
     R, B = int(sn["n_random"]), int(sn["batch_size"])
@@ -223,10 +262,11 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
 
 
 def _estimation_settings(sn: Mapping[str, Any], aw: Mapping[str, Any], epoch_images: int) -> dict[str, int]:
-    """Sizes of the estimation passes (D26): the pool is at most one epoch's images, a batch at most the pool."""
+    """Sizes of the estimation passes (D26): OWS's final pass, AOWS's refreshes and final pass; the pool is at most
+    one epoch's images, a batch at most the pool."""
     images = min(int(sn["estimate_images"]), epoch_images)
-    return {"configs": int(sn["estimate_configs"]), "aows_configs": int(aw["estimate_configs"]), "images": images,
-            "batch": min(int(sn["estimate_batch"]), images)}
+    return {"configs": int(sn["estimate_configs"]), "aows_configs": int(aw["estimate_configs"]),
+            "aows_final": int(aw["final_configs"]), "images": images, "batch": min(int(sn["estimate_batch"]), images)}
 
 
 def _restore(run: _Run, state: dict) -> None:
@@ -239,6 +279,7 @@ def _restore(run: _Run, state: dict) -> None:
     run.pos = Position(state["epoch"], state["step"])
     run.rows, run.metrics = state["rows"], state["metrics"]
     run.acc = EpochAccumulator(**state["acc"])
+    run.estimation_seconds = float(state.get("estimation_seconds", 0.0))
     if run.scaler is not None and "scaler" in state:
         run.scaler.load_state_dict(state["scaler"])
     if state.get("fit") is not None:
@@ -273,18 +314,20 @@ def _estimation_pool(run: _Run, epoch: int) -> tuple[torch.Tensor, torch.Tensor]
 
 def estimate_unaries(run: _Run, idx: np.ndarray, epoch: int):
     """A `UnaryFit` of the current weights on configurations idx (N, n_layers) (D26); ranks share the work."""
-    from ..nets.estimation import frozen_differences
+    from ..nets.estimation import estimate_differences
     from ..search.unaries import fit_additive
     from .distributed import torch_all_gather
 
+    t0 = time.perf_counter()
     x, y = _estimation_pool(run, epoch)
     world, rank = run.ddp.world, run.ddp.rank
     chunk = -(-len(idx) // world)
     mine = [run.space.layer_channels(i) for i in idx[rank * chunk:(rank + 1) * chunk]]
     with run.accel.autocast():
-        d = frozen_differences(run.model, x, y, mine, run.est["batch"])
+        d = estimate_differences(run.model, x, y, mine, run.est["batch"])  # batched on CUDA, sliced on the CPU
     if world > 1:  # equal shapes for the gather, then the padding dropped
         d = np.concatenate(torch_all_gather()(np.pad(d, (0, chunk - len(d)), constant_values=np.nan)))[: len(idx)]
+    run.estimation_seconds += time.perf_counter() - t0
     return fit_additive(run.space, idx, d)
 
 
@@ -309,9 +352,10 @@ def _refresh_fit(run: _Run, epoch: int, step: int, n: int, temperature: float | 
 def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
     """One sandwich step at run.pos (§3, §5/§6 sampling), unaries and metrics updated; the bar's postfix."""
     from ..nets.batchnorm import synchronised
-    from ..nets.sandwich import sandwich_step
+    from ..nets.sandwich import defers, sandwich_step
     from ..nets.slimmable import widths_tensor
     from ..search.sampler import uniform_layer_indices
+    from .distributed import DeferredUnaries
 
     space, ddp, R, B, lo, hi = run.space, run.ddp, run.R, run.B, run.lo, run.hi
     epoch, step = run.pos.epoch, run.pos.step
@@ -329,30 +373,39 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
         idx = uniform_layer_indices(space, R * B, rng)
     idx = idx.reshape(R, B, space.n_layers)[:, lo:hi]  # configurations of this rank's samples
     widths = widths_tensor(space, idx.reshape(-1, space.n_layers)).reshape(R, hi - lo, space.n_layers)
+    deferred = defers(run.accel.device)  # off the CPU nothing is read back per step (D29)
     with synchronised(run.model, run.bn_group):  # every rank runs the step's passes in lockstep
         res = sandwich_step(run.net, x, y, widths, run.opt, R, label_smoothing=run.label_smoothing, step=step,
-                            autocast=run.accel.autocast, scaler=run.scaler)
-    update_unaries(run.estimator, idx, res.diffs(), ddp.world)
+                            autocast=run.accel.autocast, scaler=run.scaler, defer=deferred)
+    record = res.record()  # the step's outputs on their way to the host
+    if deferred and ddp.world == 1:
+        if not isinstance(run.estimator, DeferredUnaries):
+            run.estimator = DeferredUnaries(run.estimator)
+        run.estimator.defer(idx, record)  # applied in step order when read (§5, §6)
+    else:  # the CPU, or ranks that exchange their samples (D30): read now
+        if record.check():  # False: an fp16 step the scaler skipped (every rank agrees, the flag is all-reduced)
+            update_unaries(run.estimator, idx, record.diffs, ddp.world)
     if ddp.world > 1:
         average_buffers(run.model, ddp.world)  # BN running statistics of every rank's shard (D30)
-        res = mean_metrics(res, ddp)
+        record = mean_metrics(record, ddp)
     now = time.perf_counter()
-    run.acc.add(res, len(y) * ddp.world, now - run.t_last, run.sampler.last if run.adaptive else None)
+    run.acc.add(record, len(y) * ddp.world, now - run.t_last, run.sampler.last if run.adaptive else None)
     run.t_last = now
-    return {"img_s": f"{run.acc.images / max(run.acc.seconds, 1e-9):.0f}", "loss": f"{res.loss:.3f}"}
+    return run.acc.postfix()
 
 
 def _end_epoch(run: _Run, epoch: int, out_dir: Path) -> None:
     """Unary rows and metrics of the epoch, the `after_{n}.pt` epoch checkpoint, estimator and sums reset.
 
-    The last epoch of a frozen-unaries run ends with an estimation pass on the final weights (D26)."""
+    The last epoch of a frozen-unaries run ends with an estimation pass on the final weights (D26): OWS's of
+    supernet.estimate_configs uniform configurations, AOWS's of aows.final_configs."""
     from ..search.unaries import width_signal
 
     run.rows.extend(run.estimator.rows(run.space, epoch))
     fit = None
     if run.unaries == "frozen" and epoch == run.E - 1:
         T = run.schedule.at_step(epoch, run.steps, run.steps) if run.adaptive else None
-        _refresh_fit(run, epoch, run.steps, run.est["configs"], T)
+        _refresh_fit(run, epoch, run.steps, run.est["configs" if run.method == "ows" else "aows_final"], T)
         fit = run.fit
     elif run.unaries == "frozen" and run.adaptive:
         fit = run.fit
@@ -377,7 +430,7 @@ def train(config: Mapping[str, Any], out_dir: Path, resume_dir: Path, *, method:
     """The training loop of `train_supernet` on this rank (the sampler is AOWS's, None for OWS)."""
     space = space_from_config(config)
     sn = config["supernet"]
-    torch.set_num_threads(int(sn["threads"]))
+    torch.set_num_threads(training_threads(config, method))
     run = _setup(config, space, method, sampler, device, target, ddp)
     ckpt_path = resume_dir / "checkpoint.pt"
     state = load_resume(ckpt_path, run.run_id)
@@ -406,7 +459,8 @@ def train(config: Mapping[str, Any], out_dir: Path, resume_dir: Path, *, method:
     return SupernetResult(complete=complete, epoch=run.pos.epoch, step=run.pos.step, rows=run.rows,
                           metrics=run.metrics, model_state=run.model.state_dict() if complete else None,
                           run_id=run.run_id, sampler_scale=None if sampler is None else sampler.s, world=ddp.world,
-                          main=ddp.main, spec=run.spec, train_device=str(run.accel.device))
+                          main=ddp.main, spec=run.spec, train_device=str(run.accel.device),
+                          estimation_seconds=run.estimation_seconds)
 
 
 def train_supernet(config: Mapping[str, Any], out_dir: str | os.PathLike, resume_dir: str | os.PathLike, *,
@@ -414,6 +468,7 @@ def train_supernet(config: Mapping[str, Any], out_dir: str | os.PathLike, resume
                    init_from: str | os.PathLike | None = None, progress: bool = True,
                    stop_after: int | None = None) -> SupernetResult:
     """Train an OWS or AOWS supernet (§5, §6) in this process's place of the data-parallel run."""
-    with process_group(int(config["supernet"].get("processes", 1)), str(config["train"]["device"])) as ddp:
+    with process_group(int(config["supernet"].get("processes", 1)), str(config["train"]["device"]),
+                       deterministic=bool(config["train"]["deterministic"])) as ddp:
         return train(config, Path(out_dir), Path(resume_dir), method=method, sampler=sampler, device=device,
                      target=target, init_from=init_from, progress=progress, stop_after=stop_after, ddp=ddp)

@@ -187,9 +187,8 @@ def test_torch_cuda_without_gpu_fails_clearly():
         get_device(spec("torch-cuda"), FMNIST, 0)
 
 
+@pytest.mark.cuda
 def test_torch_cuda_measures():
-    if not torch.cuda.is_available():
-        pytest.skip("torch.cuda.is_available() is False")
     dev = get_device(spec("torch-cuda"), FMNIST, 0)
     m = dev.measure(FMNIST.max_config, 5, 1, 0)
     assert m.samples.shape == (5,) and (m.samples > 0).all()

@@ -30,7 +30,7 @@ TINY = {
     "retrain": {"epochs": 1, "batch_size": 64, "checkpoint_every": 2, "eval_batch_size": 2000, "seeds": None},
 }
 BF16 = {"device": "cpu", "precision": "bf16"}
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (these check a GPU install)")
+cuda = pytest.mark.cuda  # skipped without a GPU (tests/conftest.py); scripts/gpu_check.sh runs these
 
 
 def _same(a, b):

@@ -28,7 +28,7 @@ PROFILES = ROOT / "workflow" / "profiles"
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
 
 # Targets every preset must dry-run; extend this list when the workflow grows a new main target.
-TARGETS = ["all", "decisions", "retrained", "results/pareto_cpu.pdf"]
+TARGETS = ["all", "decisions", "retrained"]  # and each device's results/pareto_{device}.pdf
 
 # Image shape and class count of each dataset a preset may name (imagefolder: ImageNet's).
 DATASET_SHAPES = {"cifar10": (32, 3, 10), "fashion_mnist": (28, 1, 10), "imagefolder": (IMAGEFOLDER_SIZE, 3, 1000)}
@@ -121,7 +121,9 @@ def test_preset_dry_runs_without_data_or_devices(path, tmp_path):
     raw["data"]["root"] = str(tmp_path / "no-dataset-here")  # whatever the placeholder, it is absent
     (tmp_path / "preset.yaml").write_text(yaml.safe_dump(raw))
     (tmp_path / "config.yaml").write_text((ROOT / "config.yaml").read_text())
-    r = smk(tmp_path, "-n", "--profile", str(PROFILES / "default"), *TARGETS, "--configfile", str(tmp_path / "preset.yaml"))
+    pareto = [f"results/pareto_{d}.pdf" for d in cfg["devices"]]
+    r = smk(tmp_path, "-n", "--profile", str(PROFILES / "default"), *TARGETS, *pareto, "--configfile",
+            str(tmp_path / "preset.yaml"))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     for rule, wildcards, _, _ in job_blocks(r.stdout):
         fields = dict(kv.split("=", 1) for kv in wildcards.split(", ")) if wildcards else {}

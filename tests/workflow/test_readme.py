@@ -14,8 +14,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import yaml
 
+from aows_core import config as aows_config
 from tiny_workflow import ROOT, copy_run, planned, smk
 
 pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
@@ -230,12 +232,21 @@ def test_other_commands_run_or_dry_run(tmp_path):
             elif "--rulegraph" in argv:
                 r = subprocess.run(argv, capture_output=True, text=True, cwd=wd)
             elif argv[0] == "snakemake":
-                argv = ["2" if a == "N" else "results/pareto_cpu.pdf" if a == "TARGET" else a for a in argv]
                 names = [p.stem for p in sorted((ROOT / "configs").glob("*.yaml"))] if "NAME" in part else [None]
                 for name in names:
-                    filled = [a.replace("NAME", name) if name else a for a in argv]
+                    devices = aows_config.load(ROOT / "configs" / f"{name}.yaml")["devices"] if name else {"cpu": None}
+                    target = f"results/pareto_{next(iter(devices))}.pdf"  # TARGET: the preset's first device's
+                    filled = ["2" if a == "N" else target if a == "TARGET" else a.replace("NAME", name or "NAME")
+                              for a in argv]
                     r = subprocess.run([*filled, "-n"], capture_output=True, text=True, cwd=wd)
                     assert r.returncode == 0, (filled, r.stdout[-1500:], r.stderr[-1500:])
+            elif part == "bash scripts/gpu_check.sh":
+                if torch.cuda.is_available():
+                    continue  # minutes of work: the GPU check itself, not this test's
+                r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60)
+                assert r.returncode == 1 and "no CUDA GPU" in r.stderr, (r.stdout, r.stderr)  # fails fast, says why
+                ran.append(part)
+                continue
             else:
                 pytest.fail(f"no rule to check the README command {part!r}")
             assert r.returncode == 0, (part, r.stdout[-1500:], r.stderr[-1500:])

@@ -33,8 +33,14 @@ def node_threads(section):
 
 
 def scoring_threads():
-    """CPUs of the greedy and proxy jobs: supernet.threads × greedy.processes (docs/method.md D30)."""
-    return config["supernet"]["threads"] * config["greedy"]["processes"]
+    """CPUs of the greedy and proxy jobs: greedy.threads × greedy.processes (docs/method.md D30)."""
+    return config["greedy"]["threads"] * config["greedy"]["processes"]
+
+
+def aows_threads():
+    """CPUs an AOWS run asks for on each node: aows.threads × supernet.processes ÷ supernet.nodes (D30)."""
+    c = config["supernet"]
+    return config["aows"]["threads"] * c["processes"] // c["nodes"]
 
 
 def stamp(stage, device=None):

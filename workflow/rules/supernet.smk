@@ -86,11 +86,11 @@ rule train_aows:
         "results/logs/train_aows_{device}_{target}.log",
     benchmark:
         "results/benchmarks/train_aows_{device}_{target}.tsv"
-    # Before any retraining: each AOWS run needs every core, which retraining jobs would otherwise keep taking.
+    # Before any retraining: the AOWS runs are on the critical path; retraining jobs fill the cores beside them.
     priority: 50
     conda:
         "../../envs/aows.yaml"
-    threads: node_threads("supernet")  # per node; torchrun starts one process per GPU
+    threads: aows_threads()  # per node; torchrun starts one process per GPU
     resources:
         mem_mb=8000,
         runtime=600,
