@@ -51,7 +51,8 @@ res = Path(sys.argv[1])
 _, v = io.read_table(res / "lut/gpu/validation.parquet", "lut_validation")
 a = v["adequacy"]
 print(f"torch-cuda table: sigma_n {100 * a['sigma_n']:.2f} %, held-out RMS error {100 * a['rel_rms']:.2f} %, "
-      f"verdict {a['verdict']}" + "".join(f"; {k} {a[k]}" for k in ("kendall_tau", "width_resolution") if k in a))
+      f"verdict {a['verdict']}; held-out Kendall tau {a['kendall_tau']:.3f}; max/min latency "
+      f"{a['latency_span']:.2f}x = {a['span_sigmas']:.0f} sigma_n; widths resolved: {a['width_resolved']}")
 rows = io.read_table(res / "pareto_gpu.parquet", "pareto")[0].to_pylist()
 print("| target | method | predicted ms | measured ms | test top-1 % |")
 print("|---|---|---|---|---|")

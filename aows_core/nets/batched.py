@@ -26,6 +26,7 @@ from torch import nn
 
 from ..space import SearchSpace
 from .batchnorm import at_least_float32
+from .slimmable import host_to_device
 
 TRAIN, CALIBRATE, APPLY = "train", "calibrate", "apply"
 # Float elements of one activation tensor of a batched pass (512 MiB in float32): bounds configurations per pass.
@@ -84,10 +85,7 @@ def configs_per_pass(space: SearchSpace, images_per_group: int, budget: int = AC
 
 def device_indices(a: np.ndarray, device: torch.device) -> torch.Tensor:
     """int64 host array on `device`; to CUDA through pinned memory without waiting for the stream."""
-    t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
-    if device.type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device)
+    return host_to_device(torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)), device)
 
 
 class DevicePlan:

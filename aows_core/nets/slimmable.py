@@ -58,16 +58,21 @@ class DeviceWidths(NamedTuple):
         return self.values.dtype
 
 
+def host_to_device(host: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A host tensor on `device`; to CUDA through page-locked memory, so the copy does not wait for the stream (D29)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        host = host.pin_memory()
+    return host.to(device, non_blocking=True)
+
+
 def place_widths(widths: torch.Tensor, device: torch.device | str) -> list[DeviceWidths]:
     """(R, B, n_layers) host widths → R `DeviceWidths`: ranges read on the host, ONE non-blocking copy to the device."""
     if widths.dim() != 3:
         raise ValueError(f"widths must be (R, B, n_layers), got {tuple(widths.shape)}")
     host = widths.detach().to("cpu", torch.int64)
     lo, hi = (v.tolist() for v in torch.aminmax(host, dim=1)) if host.numel() else ([[]] * len(host), [[]] * len(host))
-    device = torch.device(device)
-    if device.type == "cuda":
-        host = host.pin_memory()  # page-locked: the copy below does not wait for the stream
-    on_device = host.to(device, non_blocking=True)
+    on_device = host_to_device(host, device)
     return [DeviceWidths(on_device[r], tuple(lo[r]), tuple(hi[r])) for r in range(len(host))]
 
 

@@ -156,6 +156,17 @@ def mean_over_ranks(values: list[float], ddp: Dist) -> list[float]:
     return (v / ddp.world).tolist()
 
 
+def mean_over_ranks_tensor(value: torch.Tensor, ddp: Dist) -> torch.Tensor:
+    """A 0-d float64 tensor averaged over ranks on its device (as `mean_over_ranks`, without reading it)."""
+    if ddp.world == 1:
+        return value
+    import torch.distributed as dist
+
+    v = value.clone()
+    dist.all_reduce(v)
+    return v / ddp.world
+
+
 def float_sum(ddp: Dist) -> Callable[[list[float]], list[float]] | None:
     """A sum over ranks of float64 scalars (exact for counts below 2**53), or None with world 1."""
     if ddp.world == 1:

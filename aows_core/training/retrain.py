@@ -30,7 +30,7 @@ from ..config import resume_settings, settings_hash
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
 from .accelerator import Accelerator
-from .distributed import Dist, average_buffers, bn_group, data_parallel
+from .distributed import Dist, average_buffers, bn_group, data_parallel, mean_over_ranks_tensor
 from .loop import Position, progress_bar, run_epochs
 
 
@@ -90,17 +90,6 @@ class LossLog:
             self.settle(acc)
             self._logged = now
         return {"loss": self._text} if self._text is not None else {}
-
-
-def mean_over_ranks_tensor(value: torch.Tensor, ddp: Dist) -> torch.Tensor:
-    """A 0-d float64 tensor averaged over ranks on its device (as `mean_over_ranks`, without reading it)."""
-    if ddp.world == 1:
-        return value
-    import torch.distributed as dist
-
-    v = value.clone()
-    dist.all_reduce(v)
-    return v / ddp.world
 
 
 def run_id(config: Mapping[str, Any], channels: Sequence[int], seed: int | None = None) -> str:

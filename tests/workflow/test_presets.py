@@ -118,7 +118,7 @@ def test_preset_dry_runs_without_data_or_devices(path, tmp_path):
     merged it over config.yaml, adding config.yaml's devices and targets)."""
     cfg = aows_config.load(path)
     raw = yaml.safe_load(path.read_text())
-    raw["data"]["root"] = str(tmp_path / "no-dataset-here")  # whatever the placeholder, it is absent
+    raw["data"]["root"] = str(tmp_path / "no-dataset-here")  # whatever root the preset names, it is absent here
     (tmp_path / "preset.yaml").write_text(yaml.safe_dump(raw))
     (tmp_path / "config.yaml").write_text((ROOT / "config.yaml").read_text())
     pareto = [f"results/pareto_{d}.pdf" for d in cfg["devices"]]
