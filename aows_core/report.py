@@ -156,8 +156,14 @@ def configurations(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -
         ax.set_ylabel(f"{t}\nwidth ÷ base", fontsize=7)
         ax.tick_params(labelsize=7)
     axes[0, 0].legend(fontsize=7, ncol=4, loc="upper left")
-    axes[-1, 0].set_xlabel("layer", fontsize=8)
-    axes[0, 0].set_title(f"{meta.get('device')}: found channel configurations (1 = the base MobileNet-v1 width)", fontsize=9)
+    roles = meta.get("layer_roles")
+    if roles:  # a residual space: stream widths (tied across a stage's blocks) and inner widths (D44)
+        ax = axes[-1, 0]
+        ax.set_xticks(range(len(roles)), [f"{i}{'s' if r == 'stream' else 'i'}" for i, r in enumerate(roles)], fontsize=6)
+        ax.set_xlabel("searchable width (s: a stage's stream, tied across its blocks; i: a block's inner width)", fontsize=8)
+    else:
+        axes[-1, 0].set_xlabel("layer", fontsize=8)
+    axes[0, 0].set_title(f"{meta.get('device')}: found channel configurations (1 = the base network's width)", fontsize=9)
     return fig
 
 

@@ -1,10 +1,16 @@
-"""Search spaces: a chain of searchable widths, layer descriptors Θ and latency variables (§2, §4, §7).
+"""Search spaces as data: nodes of width choices, layers Θ between them, latency variables (§2, §4, §7; D44).
 
 A space has nodes 0..n holding channel choices C_i; node 0 is the fixed input channels and node
-n the fixed class count. Edge i (i = 0..n-1) is the layer mapping c_i → c_{i+1}, described by
-Θ_i = (in_h, in_w, stride, kernel, kind). A latency variable is keyed by (Θ, c_in, c_out); edges
-with the same Θ share variables (eq. lat). A *configuration* is the list of searchable widths
-(c_1, ..., c_{n-1}): it is what the `channels` column of every artifact holds.
+n the fixed class count. An *edge* (layer) e maps node src_e → node dst_e (the same node for a
+depthwise layer or a residual add, whose latency depends on one width) and is described by
+Θ_e = (in_h, in_w, stride, kernel, kind). A latency variable is keyed by (Θ, c_in, c_out); edges with
+the same Θ share variables (eq. lat). A *configuration* is the list of searchable widths (c_1, ...,
+c_{n-1}): it is what the `channels` column of every artifact holds.
+
+MobileNet-v1 is a chain (edge i maps node i → i+1). A residual space (MobileNet-v2, ResNet) ties the
+stream width of a stage: all its blocks read and write one node, and each block's inner width (an
+expansion, a bottleneck) is a node of its own (docs/method.md D44). Nodes are numbered in order of
+first use, which is the elimination order the decoders use (`aows_core.search.graph`).
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
-KINDS = ("conv", "dwsep", "linear")
+KINDS = ("conv", "dwsep", "linear", "dw", "pconv", "add", "convpool")
+BLOCK_KINDS = ("conv", "dwsep", "inverted_residual", "basic", "bottleneck")
 
 # MobileNet-v1 (Howard et al. 2017): (kind, stride of the layer, base output width).
 MOBILENET_V1_LAYERS: tuple[tuple[str, int, int], ...] = (
@@ -50,39 +57,87 @@ class Theta:
     kind: str
 
     def out_hw(self) -> tuple[int, int]:
-        """Spatial output size (3×3 convs are padded by 1; the classifier pools to 1×1)."""
+        """Spatial output size (k×k convs are padded by k // 2; `convpool` adds a 3×3/2 max-pool; the classifier pools to 1×1)."""
         if self.kind == "linear":
             return 1, 1
         pad = self.kernel // 2
-        return (
-            (self.in_h + 2 * pad - self.kernel) // self.stride + 1,
-            (self.in_w + 2 * pad - self.kernel) // self.stride + 1,
-        )
+        h = (self.in_h + 2 * pad - self.kernel) // self.stride + 1
+        w = (self.in_w + 2 * pad - self.kernel) // self.stride + 1
+        if self.kind == "convpool":
+            h, w = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+        return h, w
 
 
 VarKey = tuple[Theta, int, int]
 
 
 @dataclass(frozen=True)
+class Block:
+    """A block of the network: reads node `src`, writes node `dst` (the same node: a residual block of a stage).
+
+    `edges` are its main-branch layers in execution order (their inner node `inner`, −1 if none);
+    `shortcut` is its 1×1 projection edge (−1: identity or none) and `add` its residual-add edge (−1: no residual).
+    """
+
+    kind: str
+    src: int
+    dst: int
+    inner: int
+    stride: int
+    edges: tuple[int, ...]
+    shortcut: int = -1
+    add: int = -1
+
+    def to_list(self) -> list:
+        return [self.kind, self.src, self.dst, self.inner, self.stride, list(self.edges), self.shortcut, self.add]
+
+    @classmethod
+    def from_list(cls, b: Sequence) -> "Block":
+        k, s, d, i, st, e, sc, a = b
+        return cls(str(k), int(s), int(d), int(i), int(st), tuple(int(x) for x in e), int(sc), int(a))
+
+
+@dataclass(frozen=True)
 class SearchSpace:
-    """A chain of width choices with one Θ per edge; see the module docstring."""
+    """Nodes of width choices and layers between them; see the module docstring."""
 
     name: str
     choices: tuple[tuple[int, ...], ...]
     thetas: tuple[Theta, ...]
     base: tuple[int, ...] = field(default=())
+    edges: tuple[tuple[int, int], ...] = field(default=())
+    blocks: tuple[Block, ...] = field(default=())
+    act: str = "relu"
 
     def __post_init__(self) -> None:
-        if len(self.thetas) != len(self.choices) - 1:
-            raise ValueError("a space needs exactly one layer descriptor per edge (len(choices) - 1)")
+        chain = tuple((i, i + 1) for i in range(len(self.thetas)))
+        if not self.edges:
+            if len(self.thetas) != len(self.choices) - 1:
+                raise ValueError("a chain space needs exactly one layer descriptor per edge (len(choices) - 1)")
+            object.__setattr__(self, "edges", chain)
+        if len(self.edges) != len(self.thetas):
+            raise ValueError(f"{len(self.thetas)} layer descriptors for {len(self.edges)} edges")
         for i, c in enumerate(self.choices):
             if not c or list(c) != sorted(set(c)) or min(c) < 1:
                 raise ValueError(f"node {i}: choices must be distinct positive integers in increasing order, got {c}")
         if len(self.choices[0]) != 1 or len(self.choices[-1]) != 1:
             raise ValueError("the first node (input channels) and the last (classes) must be fixed")
-        for t in self.thetas:
+        n = len(self.choices)
+        for e, ((s, d), t) in enumerate(zip(self.edges, self.thetas)):
             if t.kind not in KINDS:
                 raise ValueError(f"unknown layer kind {t.kind!r}; expected one of {KINDS}")
+            if not (0 <= s < n and 0 <= d < n):
+                raise ValueError(f"edge {e} maps node {s} to node {d}; the space has nodes 0..{n - 1}")
+        if {x for e in self.edges for x in e} != set(range(n)):
+            raise ValueError("every node must be read or written by some edge")
+        if self.act not in ("relu", "relu6"):
+            raise ValueError(f"activation must be 'relu' or 'relu6', got {self.act!r}")
+        if not self.blocks:
+            if self.edges != chain:
+                raise ValueError("a space that is not a chain must list its blocks")
+            kinds = {"conv": "conv", "convpool": "conv", "dwsep": "dwsep", "linear": "classifier"}
+            object.__setattr__(self, "blocks", tuple(
+                Block(kinds.get(t.kind, t.kind), i, i + 1, -1, t.stride, (i,)) for i, t in enumerate(self.thetas)))
 
     # ---- shape -------------------------------------------------------------------------
     @property
@@ -95,8 +150,13 @@ class SearchSpace:
 
     @property
     def n_layers(self) -> int:
-        """Number of searchable layers (nodes 1..n-1)."""
+        """Number of searchable widths (nodes 1..n-1)."""
         return len(self.choices) - 2
+
+    @property
+    def is_chain(self) -> bool:
+        """Edge i maps node i → i+1 (MobileNet-v1): no tied or inner widths."""
+        return self.edges == tuple((i, i + 1) for i in range(self.n_edges))
 
     @property
     def in_channels(self) -> int:
@@ -121,26 +181,43 @@ class SearchSpace:
 
     @property
     def n_slots(self) -> int:
-        """Number of (edge, c_in, c_out) slots, shared or not."""
-        return sum(len(a) * len(b) for a, b in zip(self.choices[:-1], self.choices[1:]))
+        """Number of (edge, c_in, c_out) slots, shared or not (one per width for a one-width layer)."""
+        return sum(len(self.choices[s]) if s == d else len(self.choices[s]) * len(self.choices[d]) for s, d in self.edges)
+
+    def roles(self) -> list[str]:
+        """Per node: "input", "classes", "stream" (written by a block's last layer) or "inner"."""
+        out = ["stream"] * self.n_nodes
+        for b in self.blocks:
+            if b.inner >= 0:
+                out[b.inner] = "inner"
+        out[0], out[-1] = "input", "classes"
+        return out
+
+    def tied(self) -> list[list[int]]:
+        """Per node, the blocks that write it (more than one: a stream width tied across a residual stage)."""
+        out: list[list[int]] = [[] for _ in range(self.n_nodes)]
+        for j, b in enumerate(self.blocks):
+            out[b.dst].append(j)
+        return out
 
     # ---- latency variables -------------------------------------------------------------
     @cached_property
     def _variables(self) -> tuple[tuple[VarKey, ...], tuple[np.ndarray, ...]]:
         index: dict[VarKey, int] = {}
         tables = []
-        for i, t in enumerate(self.thetas):
-            tab = np.empty((len(self.choices[i]), len(self.choices[i + 1])), dtype=np.int64)
-            for a, ci in enumerate(self.choices[i]):
-                for b, co in enumerate(self.choices[i + 1]):
-                    tab[a, b] = index.setdefault((t, ci, co), len(index))
+        for (s, d), t in zip(self.edges, self.thetas):
+            tab = np.full((len(self.choices[s]), len(self.choices[d])), -1, dtype=np.int64)
+            for a, ci in enumerate(self.choices[s]):
+                for b, co in enumerate(self.choices[d]):
+                    if s != d or a == b:
+                        tab[a, b] = index.setdefault((t, ci, co), len(index))
             tab.setflags(write=False)
             tables.append(tab)
         return tuple(index), tuple(tables)
 
     @property
     def variables(self) -> tuple[VarKey, ...]:
-        """Unique latency variables (Θ, c_in, c_out), in order of first appearance along the chain."""
+        """Unique latency variables (Θ, c_in, c_out), in order of first appearance along the edges."""
         return self._variables[0]
 
     @property
@@ -149,11 +226,11 @@ class SearchSpace:
 
     @property
     def edge_tables(self) -> tuple[np.ndarray, ...]:
-        """Per edge i, the |C_i|×|C_{i+1}| array of variable indices."""
+        """Per edge e, the |C_src|×|C_dst| array of variable indices (−1 off the diagonal of a one-width layer)."""
         return self._variables[1]
 
     def edges_of_variable(self) -> np.ndarray:
-        """How many edges share each variable's Θ (its multiplicity along the chain)."""
+        """How many edges share each variable's Θ (its multiplicity in the network)."""
         mult = np.zeros(self.n_variables, dtype=np.int64)
         seen: dict[Theta, int] = {}
         for t in self.thetas:
@@ -192,7 +269,7 @@ class SearchSpace:
     def variable_ids(self, idx: np.ndarray) -> np.ndarray:
         """Latency variable of every edge for node choice indices; idx may be (n+1,) or (P, n+1)."""
         idx = np.asarray(idx)
-        return np.stack([tab[idx[..., i], idx[..., i + 1]] for i, tab in enumerate(self.edge_tables)], axis=-1)
+        return np.stack([tab[idx[..., s], idx[..., d]] for (s, d), tab in zip(self.edges, self.edge_tables)], axis=-1)
 
     def layer_channels(self, layer_idx: Sequence[int]) -> list[int]:
         """Searchable widths for per-layer choice indices (layers 1..n-1 only)."""
@@ -215,45 +292,74 @@ class SearchSpace:
     def min_config(self) -> list[int]:
         return [c[0] for c in self.layer_choices]
 
+    @property
+    def base_config(self) -> list[int]:
+        """Every searchable node at the choice nearest its base width: the multiplier-1.0 network."""
+        if len(self.base) != self.n_nodes - 1:
+            raise ValueError(f"space {self.name!r} records no base widths")
+        return [min(c, key=lambda w: (abs(w - b), w)) for c, b in zip(self.layer_choices, self.base[:-1])]
+
     # ---- identity ----------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {
+        d = {
             "name": self.name,
             "choices": [list(c) for c in self.choices],
             "thetas": [[t.in_h, t.in_w, t.stride, t.kernel, t.kind] for t in self.thetas],
             "base": list(self.base),
         }
+        if not self.is_chain or self.act != "relu":  # a chain's dict (and hash) is what it always was
+            d.update(edges=[list(e) for e in self.edges], blocks=[b.to_list() for b in self.blocks], act=self.act)
+        return d
 
     @cached_property
     def hash(self) -> str:
-        """Hash of what defines the space (choices and descriptors, not its name)."""
+        """Hash of what defines the space (choices, descriptors, edges and blocks; not its name)."""
         d = self.to_dict()
-        blob = json.dumps({"choices": d["choices"], "thetas": d["thetas"]}, sort_keys=True)
+        d.pop("name")
+        d.pop("base")
+        blob = json.dumps(d, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def describe(self) -> dict:
         """The JSON printed by `aows space`."""
         layers = []
-        for i, t in enumerate(self.thetas):
+        for i, (t, (s, d)) in enumerate(zip(self.thetas, self.edges)):
             layers.append(
                 {
                     "edge": i,
                     "kind": t.kind,
+                    "src": s,
+                    "dst": d,
                     "in_hw": [t.in_h, t.in_w],
                     "stride": t.stride,
                     "kernel": t.kernel,
-                    "c_in": list(self.choices[i]),
-                    "c_out": list(self.choices[i + 1]),
-                    "base_out": self.base[i] if i < len(self.base) else None,
+                    "c_in": list(self.choices[s]),
+                    "c_out": list(self.choices[d]),
                 }
             )
+        roles, tied = self.roles(), self.tied()
+        nodes = [
+            {"node": i, "role": roles[i], "choices": list(c), "base": self.base[i - 1] if 0 < i <= len(self.base) else c[0],
+             "written_by_blocks": tied[i], "tied": len(tied[i]) > 1}
+            for i, c in enumerate(self.choices)
+        ]
         return {
             "name": self.name,
             "hash": self.hash,
             "in_channels": self.in_channels,
             "num_classes": self.num_classes,
             "resolution": list(self.resolution),
+            "activation": self.act,
             "layer_choices": [list(c) for c in self.layer_choices],
+            "nodes": nodes,
+            "tied_nodes": [n["node"] for n in nodes if n["tied"]],
+            "inner_nodes": [i for i, r in enumerate(roles) if r == "inner"],
+            "blocks": [
+                {"block": j, "kind": b.kind, "src": b.src, "dst": b.dst, "inner": None if b.inner < 0 else b.inner,
+                 "stride": b.stride, "edges": list(b.edges), "shortcut": None if b.shortcut < 0 else b.shortcut,
+                 "residual": "none" if b.add < 0 else ("projection" if b.shortcut >= 0 else "identity")}
+                for j, b in enumerate(self.blocks)
+            ],
             "edges": layers,
             "n_layers": self.n_layers,
             "n_variables": self.n_variables,
@@ -268,6 +374,9 @@ class SearchSpace:
             choices=tuple(tuple(int(x) for x in c) for c in d["choices"]),
             thetas=tuple(Theta(int(a), int(b), int(s), int(k), str(kd)) for a, b, s, k, kd in d["thetas"]),
             base=tuple(int(x) for x in d.get("base", ())),
+            edges=tuple((int(s), int(t)) for s, t in d.get("edges", ())),
+            blocks=tuple(Block.from_list(b) for b in d.get("blocks", ())),
+            act=str(d.get("act", "relu")),
         )
 
 
@@ -305,6 +414,128 @@ def width_choices(base: int, multipliers: Sequence[float], divisor: int = 8, min
     return tuple(sorted(out))
 
 
+def _round(width: float, divisor: int) -> int:
+    return max(divisor, int(math.floor(width / divisor + 0.5)) * divisor)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a space as data: `repeats` blocks of a kind, the first with `stride` (D44).
+
+    conv / dwsep blocks write a new node each (MobileNet-v1's untied layers; `pool` adds ResNet's 3×3/2 max-pool
+    after a conv). Residual kinds tie the stage's stream: every block writes one node; block 1 writes a new one,
+    unless its stride is 1 and its base width equals its input's (then it adds to its input, as torchvision's
+    blocks do). Each residual block has an inner width node: inverted_residual's expansion (`expand` × its input's
+    base width; none at expand 1, where the depthwise conv reads the input), basic's first conv and bottleneck's
+    1×1 / 3×3 width (`inner`, default the stream width for basic, a quarter of it for bottleneck).
+    """
+
+    block: str
+    width: int
+    repeats: int = 1
+    stride: int = 1
+    kernel: int = 3
+    expand: float = 1.0
+    inner: int = 0
+    pool: bool = False
+
+    def __post_init__(self) -> None:
+        if self.block not in BLOCK_KINDS:
+            raise ValueError(f"unknown block kind {self.block!r}; expected one of {BLOCK_KINDS}")
+        if self.repeats < 1 or self.stride < 1 or self.width < 1 or self.kernel < 1 or self.expand <= 0:
+            raise ValueError(f"stage {self}: repeats, stride, width, kernel and expand must be positive")
+
+
+def build_space(
+    name: str,
+    stages: Sequence[Stage],
+    resolution: int | tuple[int, int] = 224,
+    in_channels: int = 3,
+    num_classes: int = 1000,
+    width_mult: float = 1.0,
+    first_stride: int | None = None,
+    n_choices: int = 14,
+    min_mult: float = 0.2,
+    max_mult: float = 1.5,
+    divisor: int = 8,
+    act: str = "relu",
+) -> SearchSpace:
+    """A space from its stages (D44): `n_choices` multipliers evenly spaced in [min_mult, max_mult] of every base width (§7)."""
+    h, w = (resolution, resolution) if isinstance(resolution, int) else resolution
+    mults = np.linspace(min_mult, max_mult, n_choices)
+    choices: list[tuple[int, ...]] = [(in_channels,)]
+    base: list[int] = []
+    thetas: list[Theta] = []
+    edges: list[tuple[int, int]] = []
+    blocks: list[Block] = []
+
+    def node(b: int) -> int:
+        choices.append(width_choices(b, mults, divisor))
+        base.append(b)
+        return len(choices) - 1
+
+    def edge(kind: str, k: int, s: int, src: int, dst: int, hw: tuple[int, int]) -> int:
+        thetas.append(Theta(hw[0], hw[1], s, k, kind))
+        edges.append((src, dst))
+        return len(thetas) - 1
+
+    cur = 0
+    for si, st in enumerate(stages):
+        bw = _round(st.width * width_mult, divisor)
+        for j in range(st.repeats):
+            s = (first_stride if si == 0 and j == 0 and first_stride else st.stride) if j == 0 else 1
+            src, hw = cur, (h, w)
+            cur_base = base[src - 1] if src > 0 else in_channels
+            if st.block in ("conv", "dwsep"):
+                dst = node(bw)
+                kind = "convpool" if st.block == "conv" and st.pool else st.block
+                e = edge(kind, st.kernel, s, src, dst, hw)
+                blocks.append(Block(st.block, src, dst, -1, s, (e,)))
+                h, w = thetas[e].out_hw()
+                cur = dst
+                continue
+            new = not (s == 1 and bw == cur_base and src > 0)
+            main: list[int] = []
+            inner = -1
+            if st.block == "inverted_residual":
+                if st.expand != 1:
+                    inner = node(int(round(cur_base * st.expand)))
+                    main.append(edge("conv", 1, 1, src, inner, hw))
+                    main.append(edge("dw", st.kernel, s, inner, inner, hw))
+                else:
+                    main.append(edge("dw", st.kernel, s, src, src, hw))
+                h, w = thetas[main[-1]].out_hw()
+                dst = node(bw) if new else src
+                main.append(edge("pconv", 1, 1, inner if inner >= 0 else src, dst, (h, w)))
+                shortcut = -1
+            else:
+                ib = st.inner or (bw if st.block == "basic" else bw // 4)
+                inner = node(_round(ib * width_mult, divisor) if st.inner else ib)
+                if st.block == "basic":
+                    main.append(edge("conv", st.kernel, s, src, inner, hw))
+                    h, w = thetas[main[-1]].out_hw()
+                    dst = node(bw) if new else src
+                    main.append(edge("pconv", st.kernel, 1, inner, dst, (h, w)))
+                else:
+                    main.append(edge("conv", 1, 1, src, inner, hw))
+                    main.append(edge("conv", st.kernel, s, inner, inner, hw))
+                    h, w = thetas[main[-1]].out_hw()
+                    dst = node(bw) if new else src
+                    main.append(edge("pconv", 1, 1, inner, dst, (h, w)))
+                shortcut = edge("pconv", 1, s, src, dst, hw) if dst != src else -1
+            add = edge("add", 1, 1, dst, dst, (h, w)) if (dst == src or shortcut >= 0) else -1
+            blocks.append(Block(st.block, src, dst, inner, s, tuple(main), shortcut, add))
+            cur = dst
+    classes = len(choices)
+    choices.append((num_classes,))
+    base.append(num_classes)
+    e = edge("linear", 1, 1, cur, classes, (h, w))
+    blocks.append(Block("classifier", cur, classes, -1, 1, (e,)))
+    chain = all(d == s + 1 for s, d in edges) and len(edges) == len(choices) - 1
+    return SearchSpace(name, tuple(choices), tuple(thetas), tuple(base),
+                       () if chain else tuple(edges), () if chain else tuple(blocks), act)
+
+
 def mobilenet_v1_space(
     name: str = "mobilenet_v1",
     resolution: int | tuple[int, int] = 224,
@@ -318,28 +549,13 @@ def mobilenet_v1_space(
     divisor: int = 8,
 ) -> SearchSpace:
     """MobileNet-v1 family: `n_choices` multipliers evenly spaced in [min_mult, max_mult] of the base widths (§7)."""
-    h, w = (resolution, resolution) if isinstance(resolution, int) else resolution
-    mults = np.linspace(min_mult, max_mult, n_choices)
-    choices: list[tuple[int, ...]] = [(in_channels,)]
-    thetas: list[Theta] = []
-    base: list[int] = []
-    for j, (kind, stride, b) in enumerate(MOBILENET_V1_LAYERS):
-        stride = first_stride if j == 0 else stride
-        bw = max(divisor, int(math.floor(b * width_mult / divisor + 0.5)) * divisor)
-        t = Theta(h, w, stride, 3, kind)
-        thetas.append(t)
-        h, w = t.out_hw()
-        choices.append(width_choices(bw, mults, divisor))
-        base.append(bw)
-    thetas.append(Theta(h, w, 1, 1, "linear"))
-    choices.append((num_classes,))
-    base.append(num_classes)
-    return SearchSpace(name, tuple(choices), tuple(thetas), tuple(base))
+    return build_space(name, MOBILENET_V1, resolution, in_channels, num_classes, width_mult, first_stride,
+                       n_choices, min_mult, max_mult, divisor)
 
 
 def multiplier_configs(space: SearchSpace) -> list[tuple[float, list[int]]]:
     """Every distinct uniform configuration: each layer at the choice nearest to m·base, m over the space's ratios."""
-    if len(space.base) != space.n_edges:
+    if len(space.base) != space.n_nodes - 1:
         raise ValueError(f"space {space.name!r} records no base widths; uniform multipliers are undefined for it")
     base = space.base[:-1]
     ratios = sorted({w / b for c, b in zip(space.layer_choices, base) for w in c})
@@ -351,22 +567,71 @@ def multiplier_configs(space: SearchSpace) -> list[tuple[float, list[int]]]:
     return out
 
 
+MOBILENET_V1 = tuple(Stage(kind, width, stride=stride) for kind, stride, width in MOBILENET_V1_LAYERS)
+
+# MobileNet-v2 (Sandler et al. 2018; torchvision's mobilenet_v2): stem, (t, c, n, s) rows, the 1×1 head conv.
+MOBILENET_V2 = (
+    Stage("conv", 32, stride=2),
+    Stage("inverted_residual", 16, 1, 1, expand=1),
+    Stage("inverted_residual", 24, 2, 2, expand=6),
+    Stage("inverted_residual", 32, 3, 2, expand=6),
+    Stage("inverted_residual", 64, 4, 2, expand=6),
+    Stage("inverted_residual", 96, 3, 1, expand=6),
+    Stage("inverted_residual", 160, 3, 2, expand=6),
+    Stage("inverted_residual", 320, 1, 1, expand=6),
+    Stage("conv", 1280, kernel=1),
+)
+
+
+def _resnet(block: str, repeats: Sequence[int], widths: Sequence[int], stem_width: int = 64, stem_kernel: int = 7,
+            pool: bool = True) -> tuple[Stage, ...]:
+    """ResNet (He et al. 2016; torchvision's resnet18/resnet50): stem, then stages of basic or bottleneck blocks."""
+    stem = Stage("conv", stem_width, stride=2, kernel=stem_kernel, pool=pool)
+    return (stem, *(Stage(block, w, n, 1 if i == 0 else 2) for i, (n, w) in enumerate(zip(repeats, widths))))
+
+
+RESNET18 = _resnet("basic", (2, 2, 2, 2), (64, 128, 256, 512))
+RESNET50 = _resnet("bottleneck", (3, 4, 6, 3), (256, 512, 1024, 2048))
+
+# The Fashion-MNIST presets: 28×28 grey images, 10 classes, 6 width choices per node (0.2×–1.5× the base), sized
+# like the MobileNet-v1 default for a 2-core CPU (MMAC at 1.0×: MobileNet-v1 10.6, MobileNet-v2 6.0, ResNet 22.1).
+MOBILENET_V2_FMNIST = (
+    Stage("conv", 32, stride=2),
+    Stage("inverted_residual", 16, 1, 1, expand=1),
+    Stage("inverted_residual", 24, 2, 1, expand=6),
+    Stage("inverted_residual", 32, 2, 2, expand=6),
+    Stage("inverted_residual", 64, 2, 2, expand=6),
+    Stage("conv", 256, kernel=1),
+)
+# The CIFAR-style ResNet (He et al. 2016, §4.2), two basic blocks per stage, twice as wide: a 3×3 stem, stages of 32,
+# 64 and 128.
+RESNET_FMNIST = _resnet("basic", (2, 2, 2), (32, 64, 128), stem_width=32, stem_kernel=3, pool=False)
+
 PRESETS: dict[str, dict] = {
     # The paper's ImageNet setting (supplementary table): 224×224 RGB, 1000 classes.
-    "mobilenet_v1_imagenet": dict(resolution=224, in_channels=3, num_classes=1000),
+    "mobilenet_v1_imagenet": dict(stages=MOBILENET_V1, resolution=224, in_channels=3, num_classes=1000, first_stride=2),
     # The embedded default: Fashion-MNIST 28×28 grey images, 10 classes; MobileNet-v1 widths with a
     # stride-2 stem and 6 width choices per layer (0.2×–1.5× the base): the smallest space whose
     # latency still spans > 3× on a CPU at batch 1 and whose supernet ranks widths within minutes.
-    "mobilenet_v1_fmnist": dict(resolution=28, in_channels=1, num_classes=10, first_stride=2, n_choices=6),
+    "mobilenet_v1_fmnist": dict(stages=MOBILENET_V1, resolution=28, in_channels=1, num_classes=10, first_stride=2,
+                                n_choices=6),
+    "mobilenet_v2_imagenet": dict(stages=MOBILENET_V2, resolution=224, in_channels=3, num_classes=1000, act="relu6"),
+    "mobilenet_v2_fmnist": dict(stages=MOBILENET_V2_FMNIST, resolution=28, in_channels=1, num_classes=10,
+                                n_choices=6, act="relu6"),
+    "resnet18_imagenet": dict(stages=RESNET18, resolution=224, in_channels=3, num_classes=1000),
+    "resnet50_imagenet": dict(stages=RESNET50, resolution=224, in_channels=3, num_classes=1000),
+    "resnet_fmnist": dict(stages=RESNET_FMNIST, resolution=28, in_channels=1, num_classes=10, n_choices=6),
 }
 
 DEFAULT_PRESET = "mobilenet_v1_fmnist"
 
 
 def get_space(preset: str, **overrides) -> SearchSpace:
-    """A preset by name, optionally with MobileNet-v1 family parameters overridden."""
+    """A preset by name, optionally with its parameters (resolution, in_channels, num_classes, width_mult,
+    first_stride, n_choices) overridden."""
     if preset not in PRESETS:
         raise ValueError(f"unknown search-space preset {preset!r}; valid presets: {sorted(PRESETS)}")
     overrides = {k: v for k, v in overrides.items() if v is not None}
     params = {**PRESETS[preset], **overrides}
-    return mobilenet_v1_space(preset if not overrides else f"{preset}+custom", **params)
+    stages = params.pop("stages")
+    return build_space(preset if not overrides else f"{preset}+custom", stages, **params)

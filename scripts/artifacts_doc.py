@@ -237,7 +237,7 @@ KINDS: dict[str, Kind] = {
         what="The unaries δ_i(c) of eq. average_error per epoch (§5; [method.md](method.md) D26); `decode` reads the frozen "
              "estimate of the last epoch when there is one.",
         columns={
-            "layer": "0-based searchable layer",
+            "layer": "0-based searchable width (a layer of MobileNet-v1; a stream or inner width of a residual space)",
             "width": "the width c",
             "delta": "δ (nats; null iff count = 0)",
             "delta_se": "its standard error (null iff count < 2)",
@@ -339,7 +339,7 @@ KINDS: dict[str, Kind] = {
         columns={
             "step": "0 = the max configuration",
             "channels": "the widths after the step",
-            "lowered_layer": "the layer lowered by one choice (null at step 0)",
+            "lowered_layer": "the searchable width lowered by one choice (a tied stream as one unit; null at step 0)",
             "errors": "top-1 errors on the search-validation images",
             "error": "errors ÷ images",
             "cross_entropy": "mean cross-entropy (the tie-break)",
@@ -533,13 +533,14 @@ KINDS: dict[str, Kind] = {
     ),
     "configurations": Kind(
         paths=(("results/plots/{device}/configurations.parquet", "aows pareto"),),
-        what="The decided widths relative to MobileNet-v1's (Fig. channelconf_TRT); metadata as the results table.",
+        what="The decided widths relative to the base network's (Fig. channelconf_TRT); metadata as the results table, "
+             "plus `layer_roles` (stream or inner, per searchable width) for a residual space.",
         columns={
             "method": "the finalist's method",
             "target": "the target string",
-            "layer": "0-based searchable layer",
+            "layer": "0-based searchable width",
             "width": "the decided width",
-            "base_width": "MobileNet-v1's width of the layer (× `space.width_mult`)",
+            "base_width": "the base network's width (× `space.width_mult`): MobileNet-v1's, or the residual preset's",
             "ratio": "width ÷ base_width",
         },
     ),
@@ -582,7 +583,8 @@ INTRO = """\
 
 Every stage writes parquet files with an explicit schema (`aows_core/artifacts/schemas.py`, never inferred) and its
 provenance in the file's key-value metadata, under the key `aows`, as JSON. A configuration is a `list<int32>` column
-`channels`: the searchable widths c_1 … c_{n-1} (the input channels and the class count are fixed). Latencies are in
+`channels`: the searchable widths c_1 … c_{n-1} (the input channels and the class count are fixed; in a residual space
+one per stage stream and per block's inner width, in order of first use: `aows space`). Latencies are in
 the device's unit: ms per forward of a batch of `batch_size` images on a timed device, MMAC on `flops` (the columns
 keep the `_ms` suffix there too). Writes are atomic (a temporary file, then a rename), and every reader refuses a file
 of another kind, another search space or another device, naming it.

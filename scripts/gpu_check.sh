@@ -38,8 +38,9 @@ cfg = yaml.safe_load(open(sys.argv[1]))
 cfg.setdefault("data", {})["root"] = sys.argv[3]
 yaml.safe_dump(cfg, open(sys.argv[2], "w"), sort_keys=False)
 PY
-snakemake -s "$repo/workflow/Snakefile" --directory "$work" --cores all --configfile "$work/config.yaml" \
-    results/pareto_gpu.pdf --quiet rules
+# The target before --configfile: --configfile takes every word after it as a config file.
+snakemake -s "$repo/workflow/Snakefile" --directory "$work" --cores all results/pareto_gpu.pdf \
+    --configfile "$work/config.yaml" --quiet rules
 
 echo "== 3/3 figures"
 python3 "$repo/bench/stage_times.py" "$work/results"

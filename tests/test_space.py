@@ -111,3 +111,82 @@ def test_mobilenet_chain_needs_the_classifier_last_and_only_there():
     bad = SearchSpace("bad", ((1,), (8, 16), (4,)), (t, Theta(4, 4, 1, 3, "conv")))
     with pytest.raises(ValueError, match="edge 0 is 'linear'"):
         check_mobilenet_chain(bad)
+
+
+# ---- residual spaces (docs/method.md D44) -------------------------------------------------------
+RESIDUAL = ["mobilenet_v2_fmnist", "resnet_fmnist", "mobilenet_v2_imagenet", "resnet18_imagenet", "resnet50_imagenet"]
+
+
+@pytest.mark.parametrize("preset", RESIDUAL)
+def test_residual_stages_tie_their_stream_and_free_inner_widths(preset):
+    s = get_space(preset)
+    assert not s.is_chain and s.hash == SearchSpace.from_dict(s.to_dict()).hash
+    assert SearchSpace.from_dict(s.to_dict()) == s
+    roles = s.roles()
+    for b in s.blocks:
+        if b.add >= 0:  # a residual: the block adds to the stream it reads, or projects it
+            assert s.edges[b.add] == (b.dst, b.dst) and (b.src == b.dst) == (b.shortcut < 0)
+        if b.inner >= 0:  # an inner width is read and written inside its own block only
+            users = {e for e, (u, v) in enumerate(s.edges) if b.inner in (u, v)}
+            assert users <= set(b.edges) and roles[b.inner] == "inner"
+    tied = [n for n in range(s.n_nodes) if len(s.tied()[n]) > 1]
+    assert tied and all(roles[n] == "stream" for n in tied)
+    # every edge's variables: one per width pair, or one per width for a one-width layer (depthwise, add)
+    for (u, v), tab in zip(s.edges, s.edge_tables):
+        assert (tab >= 0).sum() == (len(s.choices[u]) if u == v else len(s.choices[u]) * len(s.choices[v]))
+
+
+def _torchvision_counts(name: str, num_classes: int) -> tuple[int, int]:
+    """MACs (Conv2d and Linear, by forward hooks) and parameters of a torchvision model at 224×224."""
+    import torch
+    import torchvision
+
+    model = getattr(torchvision.models, name)(num_classes=num_classes).eval()
+    macs = [0]
+
+    def hook(m, _, out):
+        macs[0] += m.weight.numel() * (out.shape[2] * out.shape[3] if out.dim() == 4 else 1)
+
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+            m.register_forward_hook(hook)
+    with torch.no_grad():
+        model(torch.zeros(1, 3, 224, 224))
+    return macs[0], sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("preset,model", [("mobilenet_v2_imagenet", "mobilenet_v2"), ("resnet18_imagenet", "resnet18"),
+                                          ("resnet50_imagenet", "resnet50")])
+@pytest.mark.parametrize("num_classes", [10, 1000])
+def test_imagenet_presets_at_multiplier_one_count_as_torchvision(preset, model, num_classes):
+    from aows_core.devices.flops import network_macs, network_params
+
+    s = get_space(preset, num_classes=num_classes)
+    assert all(b in c for b, c in zip(s.base, s.layer_choices))  # 1.0 is a choice of every width
+    assert (network_macs(s, s.base_config), network_params(s, s.base_config)) == _torchvision_counts(model, num_classes)
+
+
+def test_space_cli_json_names_tied_and_inner_widths_and_the_base_network():
+    out = subprocess.run(["aows", "space", "--preset", "resnet18_imagenet", "--json"], capture_output=True, text=True,
+                         check=True)
+    d = json.loads(out.stdout)
+    assert d["base_macs"] == 1_814_073_344 and d["base_params"] == 11_689_512  # torchvision's resnet18
+    assert d["tied_nodes"] == [1, 5, 8, 11] and d["inner_nodes"] == [2, 3, 4, 6, 7, 9, 10, 12]  # stem shared by layer1
+    assert [b["residual"] for b in d["blocks"][1:3]] == ["identity", "identity"]
+    assert d["blocks"][3]["residual"] == "projection" and d["nodes"][1]["tied"]
+
+
+def test_one_width_layers_get_monotonicity_pairs_along_their_width():
+    from aows_core.latency.lut import check_pairs, monotonicity_pairs
+
+    s = get_space("mobilenet_v2_fmnist")
+    counts = check_pairs(s, monotonicity_pairs(s))
+    assert counts["width"] > 0
+    assert check_pairs(get_space("mobilenet_v1_fmnist"), monotonicity_pairs(get_space("mobilenet_v1_fmnist")))["width"] == 0
+
+
+def test_stage_refuses_unknown_block_kinds():
+    from aows_core.space import Stage
+
+    with pytest.raises(ValueError, match="unknown block kind 'se'"):
+        Stage("se", 16)

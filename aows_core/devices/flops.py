@@ -4,11 +4,13 @@ FLOPs decompose exactly over pairs of successive widths, so they are the special
 latency model (eq. lat, §4) whose table is known in closed form (§7.2: "written analytically as a
 special case of our latency model"). Per image, with (H_out, W_out) the layer's output size:
 
-- conv k×k:      c_in · c_out · k² · H_out · W_out
-- dwsep:         c_in · k² · H_out · W_out  (depthwise)  +  c_in · c_out · H_out · W_out  (pointwise)
-- linear:        c_in · c_out  (the classifier; pooling is not counted)
+- conv, pconv k×k: c_in · c_out · k² · H_out · W_out  (convpool: at the convolution's output, before its max-pool)
+- dw k×k:         c · k² · H_out · W_out
+- dwsep:          c_in · k² · H_out · W_out  (depthwise)  +  c_in · c_out · H_out · W_out  (pointwise)
+- linear:         c_in · c_out  (the classifier; pooling is not counted)
+- add:            0  (the residual add)
 
-BN, ReLU, pooling and biases are ignored. The device reports batch_size × MACs / 10⁶ (MMAC), one
+BN, ReLU, pooling, adds and biases are ignored: the count torchvision-style hooks on Conv2d and Linear give. The device reports batch_size × MACs / 10⁶ (MMAC), one
 exact sample per network. Imports numpy only.
 """
 
@@ -22,16 +24,44 @@ from ..space import SearchSpace, Theta
 from .base import Device, Timer
 
 
+def _conv_hw(t: Theta) -> tuple[int, int]:
+    """Output size of Θ's convolution (a `convpool`'s before its max-pool)."""
+    if t.kind != "convpool":
+        return t.out_hw()
+    pad = t.kernel // 2
+    return (t.in_h + 2 * pad - t.kernel) // t.stride + 1, (t.in_w + 2 * pad - t.kernel) // t.stride + 1
+
+
 def theta_macs(t: Theta, c_in: int, c_out: int) -> int:
     """MACs per image of a layer with descriptor Θ mapping c_in → c_out."""
-    ho, wo = t.out_hw()
+    ho, wo = _conv_hw(t)
     k2 = t.kernel * t.kernel
-    if t.kind == "conv":
+    if t.kind in ("conv", "pconv", "convpool"):
         return c_in * c_out * k2 * ho * wo
+    if t.kind == "dw":
+        return c_out * k2 * ho * wo
     if t.kind == "dwsep":
         return c_in * k2 * ho * wo + c_in * c_out * ho * wo
     if t.kind == "linear":
         return c_in * c_out
+    if t.kind == "add":
+        return 0
+    raise ValueError(f"unknown layer kind {t.kind!r}")
+
+
+def theta_params(t: Theta, c_in: int, c_out: int) -> int:
+    """Trainable parameters of a layer (weights, BatchNorm scale and shift, the classifier's bias)."""
+    k2 = t.kernel * t.kernel
+    if t.kind in ("conv", "pconv", "convpool"):
+        return c_in * c_out * k2 + 2 * c_out
+    if t.kind == "dw":
+        return c_out * k2 + 2 * c_out
+    if t.kind == "dwsep":
+        return c_in * k2 + 2 * c_in + c_in * c_out + 2 * c_out
+    if t.kind == "linear":
+        return c_in * c_out + c_out
+    if t.kind == "add":
+        return 0
     raise ValueError(f"unknown layer kind {t.kind!r}")
 
 
@@ -44,7 +74,14 @@ def network_macs(space: SearchSpace, channels: Sequence[int]) -> int:
     """MACs per image of the network of a configuration (the sum of its edges' MACs)."""
     space.indices(channels)
     full = space.full(channels)
-    return sum(edge_macs(space, full[i], full[i + 1], i) for i in range(space.n_edges))
+    return sum(edge_macs(space, full[s], full[d], e) for e, (s, d) in enumerate(space.edges))
+
+
+def network_params(space: SearchSpace, channels: Sequence[int]) -> int:
+    """Trainable parameters of the network of a configuration (the sum over its edges)."""
+    space.indices(channels)
+    full = space.full(channels)
+    return sum(theta_params(t, full[s], full[d]) for t, (s, d) in zip(space.thetas, space.edges))
 
 
 def variable_macs(space: SearchSpace) -> np.ndarray:

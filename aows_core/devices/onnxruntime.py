@@ -25,7 +25,7 @@ import numpy as np
 
 from ..nets import TIMING_WEIGHT_STD, WEIGHT_ALIGN
 from ..nets.onnx import INPUT, IR_VERSION, OPSET, OUTPUT, _io, _model, edge_graph, onnx_from_weights, param_shapes  # noqa: F401 (re-exported)
-from ..space import SearchSpace, check_mobilenet_chain
+from ..space import SearchSpace
 from .base import Device, Timer, host_fingerprint, timed_loop, usable_cores
 
 GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
@@ -38,7 +38,6 @@ class GraphFactory:
     def __init__(self, space: SearchSpace, batch: int, seed: int = 0):
         from onnx import helper
 
-        check_mobilenet_chain(space)
         self.space = space
         self.batch = int(batch)
         self.offsets: dict[str, int] = {}
@@ -83,9 +82,9 @@ class GraphFactory:
 
     def prebuild(self) -> "GraphFactory":
         """Serialise every edge (i, c_i, c_{i+1}) of the space now (one-time setup)."""
-        for i in range(self.space.n_edges):
-            for c_in in self.space.choices[i]:
-                for c_out in self.space.choices[i + 1]:
+        for i, (s, d) in enumerate(self.space.edges):
+            for c_in in self.space.choices[s]:
+                for c_out in self.space.choices[d] if s != d else (c_in,):
                     self._edge(i, c_in, c_out)
         return self
 
@@ -95,7 +94,7 @@ class GraphFactory:
 
         self.space.indices(channels)
         full = self.space.full(channels)
-        parts = [self._edge(i, full[i], full[i + 1]) for i in range(self.space.n_edges)]
+        parts = [self._edge(i, full[s], full[d]) for i, (s, d) in enumerate(self.space.edges)]
         model = ModelProto()
         model.CopyFrom(self._head)
         # Concatenated serialized messages merge: repeated fields (node, initializer) append in order.

@@ -41,6 +41,7 @@ from .flops import network_macs, variable_macs
 GENERATOR_VERSION = 1
 TICKS = 64  # virtual-time resolution of the timing calls within one job (regime switches)
 _KINDS = ("conv", "dwsep", "linear")
+_LIKE = {"pconv": "conv", "convpool": "conv", "dw": "dwsep", "add": "linear"}  # residual layers (D44)
 
 
 class Synthetic(Device):
@@ -93,13 +94,18 @@ class Synthetic(Device):
         for v, (t, ci, co) in enumerate(self.space.variables):
             ho, wo = t.out_hw()
             k2 = t.kernel * t.kernel
-            if t.kind == "conv":
+            if t.kind in ("conv", "pconv", "convpool"):
                 moved = co * ho * wo + ci * co * k2
             elif t.kind == "dwsep":
                 moved = ci * ho * wo + co * ho * wo + ci * k2 + ci * co
+            elif t.kind == "dw":
+                moved = ci * t.in_h * t.in_w + co * ho * wo + co * k2
+            elif t.kind == "add":  # two operands read, one written
+                moved = 3 * co * ho * wo
             else:
                 moved = ci * t.in_h * t.in_w + ci * co
-            base = self._a[t.kind] * macs[v] / 1e6 + self._m * moved / 1e6 + self._b[t.kind]
+            kind = _LIKE.get(t.kind, t.kind)  # the residual spaces' layers cost like the nearest chain kind
+            base = self._a[kind] * macs[v] / 1e6 + self._m * moved / 1e6 + self._b[kind]
             penalty = 1.0 + (self._misalign if co % 16 else 0.0)
             out[v] = base * penalty * np.exp(self._jitter[v])
         out *= self.batch_size**0.9

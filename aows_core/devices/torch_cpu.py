@@ -53,7 +53,7 @@ class TorchCPU(Device):
         super().__init__(spec, space, seed)
         import torch
 
-        from ..nets.mobilenet import TimingFactory
+        from ..nets.family import timing_factory
 
         self.threads = int(self.spec["threads"])
         self.inter_op_threads = int(self.spec["inter_op_threads"])
@@ -65,7 +65,7 @@ class TorchCPU(Device):
         self._inter_actual = set_torch_threads(self.threads, self.inter_op_threads)
         self._device = self._resolve_device()
         # One-time setup (well under a second per space): later networks cost only their assembly.
-        self.factory = TimingFactory(space, seed=self.seed, device=self._device, channels_last=self.channels_last).prebuild()
+        self.factory = timing_factory(space, seed=self.seed, device=self._device, channels_last=self.channels_last).prebuild()
         gen = torch.Generator().manual_seed(self.seed)
         x = torch.randn(self.input_shape, generator=gen).to(self._device)
         if self.channels_last:

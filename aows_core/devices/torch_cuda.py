@@ -146,9 +146,9 @@ class TorchCUDA(TorchCPU):
 
     def _cast_factory(self):
         """The timing factory with its weight pool (all weights are views of it) in the inference precision."""
-        from ..nets.mobilenet import TimingFactory
+        from ..nets.family import timing_factory
 
-        factory = TimingFactory(self.space, seed=self.seed, device=self._device, channels_last=self.channels_last)
+        factory = timing_factory(self.space, seed=self.seed, device=self._device, channels_last=self.channels_last)
         factory.pool = factory.pool.to(self.dtype)
         return factory.prebuild()
 

@@ -99,6 +99,17 @@ def monotonicity_pairs(space: SearchSpace, directions: Sequence[str] = DIRECTION
         by_cin[(t, ci)][co] = v
         by_shape[(t.stride, t.kernel, t.kind, ci, co)][(t.in_h, t.in_w)] = v
     pairs: list[tuple[int, int]] = []
+    one_width: dict[Theta, dict[int, int]] = defaultdict(dict)  # depthwise layers and residual adds (D44)
+    two_widths: set[Theta] = set()
+    for v, (t, ci, co) in enumerate(space.variables):
+        if ci == co:
+            one_width[t][ci] = v
+        else:
+            two_widths.add(t)
+    if "c_in" in directions and "c_out" in directions:  # a layer of one width: adjacent widths
+        for t, group in one_width.items():
+            if t not in two_widths:
+                pairs += _adjacent(group)
     if "c_in" in directions:  # same Θ and c_out; adjacent c_in values
         for group in by_cout.values():
             pairs += _adjacent(group)
@@ -161,12 +172,14 @@ def pair_direction(small: VarKey, large: VarKey) -> str | None:
         return "c_out"
     if ia == ib and oa == ob and tb.in_h >= ta.in_h and tb.in_w >= ta.in_w and not same_size:
         return "size"
+    if same_size and ta == tb and ia == oa and ib == ob and ib > ia:  # a one-width layer (dw, add): both grow
+        return "width"
     return None
 
 
 def check_pairs(space: SearchSpace, pairs: np.ndarray) -> dict[str, int]:
     """Check that every (smaller, larger) pair of the §4 prior differs in exactly one field, which increases; counts per direction."""
-    counts = dict.fromkeys(DIRECTIONS, 0)
+    counts = dict.fromkeys((*DIRECTIONS, "width"), 0)
     keys = space.variables
     for a, b in np.asarray(pairs, dtype=np.int64).reshape(-1, 2):
         d = pair_direction(keys[a], keys[b])

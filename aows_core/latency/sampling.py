@@ -1,10 +1,10 @@
 """Which networks to profile (§4, supplementary A): uniform and coverage-biased configuration sampling.
 
 The training set of the latency model is drawn by coverage-biased sampling: the next network is the
-exact chain minimiser (`search.chain.viterbi`) of the paper's Iverson energy (eq. A.2) as the dominant
-term of a lexicographic energy, until every variable of eq. lat is seen `coverage` times; λ and the
-final quality are measured on two separate uniform sets (docs/method.md D1, D2). `coverage_lower_bound`
-is the least number of networks any sampler needs. Numpy only.
+exact chain minimiser (`search.chain.viterbi`; a residual space's compiled chain, `search.graph`, D44) of
+the paper's Iverson energy (eq. A.2) as the dominant term of a lexicographic energy, until every variable
+of eq. lat is seen `coverage` times; λ and the final quality are measured on two separate uniform sets
+(docs/method.md D1, D2). `coverage_lower_bound` is the least number of networks any sampler needs. Numpy only.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..search.chain import viterbi
+from ..search.graph import SpaceChain
 from ..space import SearchSpace, multiplier_configs
 
 SeedLike = int | np.random.Generator | np.random.SeedSequence | None
@@ -72,7 +73,7 @@ def coverage_lower_bound(space: SearchSpace, coverage: int = 1) -> int:
         raise ValueError(f"coverage must be non-negative, got {coverage}")
     edges_of: list[set[int]] = [set() for _ in range(space.n_variables)]
     for e, tab in enumerate(space.edge_tables):
-        for v in np.unique(tab):
+        for v in np.unique(tab[tab >= 0]):  # (−1: off the diagonal of a one-width layer)
             edges_of[int(v)].add(e)
     signatures = {frozenset(s) for s in edges_of} | {frozenset([e]) for e in range(space.n_edges)}
     best = 0
@@ -99,11 +100,16 @@ class CoverageSampler:
         else:
             gen = np.random.default_rng(seed)
             self._perm = [gen.permutation(int(k)) for k in sizes]
-        # Padded tables in relabelled order: T[i, a, b] = variable of edge i for the a-th/b-th choice;
-        # padding points at a sentinel variable V whose count never equals M.
+        # Padded tables in relabelled order: T[e, a, b] = variable of edge e for the a-th/b-th choice of its
+        # src/dst nodes; padding (and the unused off-diagonal of a one-width layer) points at a sentinel
+        # variable V whose count never equals M.
+        self._src = np.array([a for a, _ in space.edges], dtype=np.int64)
+        self._dst = np.array([b for _, b in space.edges], dtype=np.int64)
+        self._self = self._src == self._dst
         T = np.full((E, K, K), V, dtype=np.int64)
-        for i, tab in enumerate(space.edge_tables):
-            T[i, : sizes[i], : sizes[i + 1]] = tab[np.ix_(self._perm[i], self._perm[i + 1])]
+        for i, (tab, a, b) in enumerate(zip(space.edge_tables, self._src, self._dst)):
+            t = tab[np.ix_(self._perm[a], self._perm[b])]
+            T[i, : sizes[a], : sizes[b]] = np.where(t >= 0, t, V)
         self._T = T
         self._valid = np.arange(K)[None, :] < sizes[:, None]  # (n, K)
         self._blocked = np.where(self._valid, 0.0, _BLOCKED)
@@ -133,7 +139,7 @@ class CoverageSampler:
         """Add configurations (choice indices, original order) to the counts without proposing them."""
         idx = np.asarray(idx, dtype=np.int64).reshape(-1, self.space.n_nodes)
         p = self._to_perm[self._nodes[None, :], idx]
-        np.add.at(self.counts, self._T[self._edges[None, :], p[:, :-1], p[:, 1:]].ravel(), 1)
+        np.add.at(self.counts, self._T[self._edges[None, :], p[:, self._src], p[:, self._dst]].ravel(), 1)
         np.add.at(self.usage, (np.broadcast_to(self._nodes, p.shape).ravel(), p.ravel()), 1)
 
     def energy_terms(self) -> tuple[np.ndarray, np.ndarray]:
@@ -142,9 +148,13 @@ class CoverageSampler:
         fresh = self.counts[self._T] == M  # (E, K, K): [N(v_i(a, b)) = M]
         if not self.secondary:
             return self._blocked.copy(), fresh * np.float64(-1.0)
-        D = np.zeros_like(self.usage)
-        D[:-1] += fresh.sum(axis=2)
-        D[1:] += fresh.sum(axis=1)
+        D = np.zeros_like(self.usage)  # fresh variables each node choice touches (a one-width layer's once)
+        if self.space.is_chain:
+            D[:-1] += fresh.sum(axis=2)
+            D[1:] += fresh.sum(axis=1)
+        else:
+            np.add.at(D, self._src, fresh.sum(axis=2))
+            np.add.at(D, self._dst[~self._self], fresh[~self._self].sum(axis=1))
         s = np.where(self._valid, D.max(axis=1, keepdims=True) - D, 0)
         u_min = np.where(self._valid, self.usage, np.iinfo(np.int64).max).min(axis=1, keepdims=True)
         r = np.where(self._valid, self.usage - u_min, 0)
@@ -158,8 +168,15 @@ class CoverageSampler:
     def propose(self) -> np.ndarray:
         """The next configuration (choice indices of nodes 0..n): exact argmin of E(c) (supp. A), counts updated."""
         unaries, pairwise = self.energy_terms()
-        path, _ = viterbi(unaries, pairwise)
-        np.add.at(self.counts, self._T[self._edges, path[:-1], path[1:]], 1)
+        if self.space.is_chain:
+            path, _ = viterbi(unaries, pairwise)
+        else:  # the same energy on a residual space: its compiled chain (D44) at γ = 1
+            sizes = _sizes(self.space)
+            path = SpaceChain(
+                self.space.edges, [u[:k] for u, k in zip(unaries, sizes)],
+                [P[: sizes[a], : sizes[b]] for P, a, b in zip(pairwise, self._src, self._dst)],
+            ).solve(1.0)
+        np.add.at(self.counts, self._T[self._edges, path[self._src], path[self._dst]], 1)
         self.usage[self._nodes, path] += 1
         return self._to_orig[self._nodes, path]
 

@@ -1,4 +1,4 @@
-"""Torch networks of a search space (MobileNet-v1, the slimmable supernet) and their ONNX graphs.
+"""Torch networks of a search space (MobileNet-v1, residual networks, their slimmable supernets) and their ONNX graphs.
 
 This file imports nothing heavy: `devices.onnxruntime` imports `nets.onnx` and `devices` promises
 numpy only. The constants below are shared by the torch timing networks (`nets.mobilenet`) and the
@@ -11,3 +11,21 @@ from __future__ import annotations
 # non-zero biases activations never decay towards denormals.
 TIMING_WEIGHT_STD = 0.05
 WEIGHT_ALIGN = 16  # floats (64 bytes) between consecutive weight views of the pool
+
+
+def check_blocks(space) -> None:
+    """Refuse spaces the networks cannot build (D44): the classifier (`linear`) is the last edge and only there, and
+    the blocks run in sequence (each reads the node the previous one wrote), covering every edge once."""
+    last = space.n_edges - 1
+    for i, t in enumerate(space.thetas):
+        if (t.kind == "linear") != (i == last):
+            raise ValueError(f"space {space.name!r}: edge {i} is {t.kind!r}; a network needs the classifier "
+                             f"('linear') as its last edge and only there")
+    node, seen = 0, []
+    for j, b in enumerate(space.blocks):
+        if b.src != node:
+            raise ValueError(f"space {space.name!r}: block {j} reads node {b.src}, but the previous block wrote {node}")
+        seen += [*b.edges, *(e for e in (b.shortcut, b.add) if e >= 0)]
+        node = b.dst
+    if sorted(seen) != list(range(space.n_edges)):
+        raise ValueError(f"space {space.name!r}: its blocks must cover every edge exactly once")

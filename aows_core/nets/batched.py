@@ -155,6 +155,9 @@ def _conv(x5: torch.Tensor, conv: nn.Conv2d, w: torch.Tensor, groups: int) -> to
 def grouped_features(net, dp: DevicePlan, sources: torch.Tensor, mode: str, stats: list) -> torch.Tensor:
     """Activations (G_last, n, C, H, W) after the last conv edge of every group of `dp`, from image sources
     (S, n, C_in, H, W): each edge runs its groups' distinct prefixes once, truncated to their widest (§3, D10)."""
+    if not net.space.is_chain:
+        raise ValueError(f"space {net.space.name!r} is not a chain: its configurations take the sliced path "
+                         f"(nets.batched.runs_batched)")
     x5 = sources
     for e, t in enumerate(net.space.thetas[:-1]):
         x5 = dp.gather(e, x5)
@@ -194,3 +197,10 @@ def on_cuda(model: nn.Module) -> bool:
     """Is the model's first parameter on a CUDA device (the batched passes' choice)?"""
     p = next(getattr(model, "module", model).parameters(), None)
     return p is not None and p.device.type == "cuda"
+
+
+def runs_batched(model: nn.Module, batched: bool | None = None) -> bool:
+    """Whether scoring or estimation runs batched: as `batched` says, by default on CUDA; never for a space that is
+    not a chain, whose configurations take the sliced path (the grouped passes here cover MobileNet-v1 only, D44)."""
+    net = getattr(model, "module", model)
+    return net.space.is_chain and (on_cuda(model) if batched is None else bool(batched))

@@ -5,8 +5,8 @@ Each sampled configuration c is run on one batch of a fixed image pool, in train
 and the batch's mean ℓ(x, c) − ℓ(x, M) is recorded, ℓ(x, M) being the max configuration's loss on the same
 batch. `search.unaries.fit_additive` turns the differences into δ with standard errors.
 
-Two equal ways to run it, chosen by the model's device in `estimate_differences`: on the CPU
-`frozen_differences` runs each configuration as a sliced network, one forward each; on CUDA
+Two equal ways to run it, chosen by the model's device in `estimate_differences`: on the CPU (and for every
+residual space, D44) `frozen_differences` runs each configuration as a sliced network, one forward each; on CUDA
 `batched_differences` stacks several configurations' batches into one forward (`nets.batched`: each group masked
 to its widths, with its own BatchNorm statistics), where one forward per configuration would be launch-bound.
 Both keep the results on the device and copy them to the host once.
@@ -20,7 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .batched import TRAIN, DevicePlan, as_sources, chunks, configs_per_pass, grouped_logits, on_cuda, prefix_plan
+from .batched import TRAIN, DevicePlan, as_sources, chunks, configs_per_pass, grouped_logits, prefix_plan, runs_batched
+from .family import Supernet
 from .slimmable import SlimmableMobileNetV1
 
 
@@ -32,14 +33,14 @@ def _pool_batches(x: torch.Tensor, batch_size: int) -> int:
     return n_batches
 
 
-def _max_losses(net: SlimmableMobileNetV1, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> torch.Tensor:
+def _max_losses(net: Supernet, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> torch.Tensor:
     """(n_batches,) float64 mean ℓ(x, M) of the max configuration on each batch, train-mode BN, on the device."""
     return torch.stack([F.cross_entropy(net.forward_sliced(xb, net.max_config, update_stats=False).double(), yb)
                         for xb, yb in zip(xs, ys)])
 
 
 @torch.no_grad()
-def frozen_differences(model: SlimmableMobileNetV1, x: torch.Tensor, y: torch.Tensor,
+def frozen_differences(model: Supernet, x: torch.Tensor, y: torch.Tensor,
                        configs: Sequence[Sequence[int]], batch_size: int) -> np.ndarray:
     """(len(configs),) float64 mean ℓ(x, c) − ℓ(x, M) of configuration k on batch k mod n_batches of (x, y),
     one sliced forward per configuration (D26)."""
@@ -95,11 +96,12 @@ def batched_differences(model: SlimmableMobileNetV1, x: torch.Tensor, y: torch.T
         net.train(was_training)
 
 
-def estimate_differences(model: SlimmableMobileNetV1, x: torch.Tensor, y: torch.Tensor,
+def estimate_differences(model: Supernet, x: torch.Tensor, y: torch.Tensor,
                          configs: Sequence[Sequence[int]], batch_size: int, *,
                          batched: bool | None = None) -> np.ndarray:
     """The estimation pass's differences (D26) by the path that suits the model's device: batched on CUDA, sliced
     one at a time on the CPU, where the batched pass costs 4× as much per configuration (bench/bench_scoring.py);
-    `batched` overrides the choice."""
-    use = on_cuda(model) if batched is None else bool(batched)
+    `batched` overrides the choice. A residual space (D44) always takes the sliced path
+    (`nets.batched.runs_batched`)."""
+    use = runs_batched(model, batched)
     return (batched_differences if use else frozen_differences)(model, x, y, configs, batch_size)

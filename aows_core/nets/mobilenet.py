@@ -99,6 +99,18 @@ class MobileNetV1(nn.Module):
 
 
 @torch.no_grad()
+def fold_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight, bias) in float32 of conv followed by bn (running statistics), as one conv with bias."""
+    w = conv.weight.detach().float()
+    b = conv.bias.detach().float() if conv.bias is not None else torch.zeros(w.shape[0], device=w.device)
+    if bn is not None:
+        scale = bn.weight.float() / torch.sqrt(bn.running_var.float() + bn.eps)
+        w = w * scale.reshape(-1, 1, 1, 1)
+        b = (b - bn.running_mean.float()) * scale + bn.bias.float()
+    return w.contiguous().clone(), b.contiguous().clone()
+
+
+@torch.no_grad()
 def folded_state(model: MobileNetV1) -> dict[str, torch.Tensor]:
     """State dict of the deployment form: BN (running statistics) folded into conv weight and bias."""
     state: dict[str, torch.Tensor] = {}
@@ -110,14 +122,7 @@ def folded_state(model: MobileNetV1) -> dict[str, torch.Tensor]:
                 continue
             if isinstance(m, nn.Conv2d):
                 bn = edge[j + 1] if j + 1 < len(edge) and isinstance(edge[j + 1], nn.BatchNorm2d) else None
-                w = m.weight.detach().float()
-                b = m.bias.detach().float() if m.bias is not None else torch.zeros(w.shape[0], device=w.device)
-                if bn is not None:
-                    scale = bn.weight.float() / torch.sqrt(bn.running_var.float() + bn.eps)
-                    w = w * scale.reshape(-1, 1, 1, 1)
-                    b = (b - bn.running_mean.float()) * scale + bn.bias.float()
-                state[f"features.{i}.{k}.weight"] = w.contiguous().clone()
-                state[f"features.{i}.{k}.bias"] = b.contiguous().clone()
+                state[f"features.{i}.{k}.weight"], state[f"features.{i}.{k}.bias"] = fold_conv_bn(m, bn)
             k += 1
     state["classifier.weight"] = model.classifier.weight.detach().float().clone()
     state["classifier.bias"] = model.classifier.bias.detach().float().clone()
@@ -144,12 +149,11 @@ class TimingFactory:
     """
 
     def __init__(self, space: SearchSpace, seed: int = 0, device: str | torch.device = "cpu", channels_last: bool = False):
-        check_mobilenet_chain(space)
         self.space = space
         self.device = torch.device(device)
         self.channels_last = bool(channels_last)
         # Region of the pool for every (edge, parameter index): sized by the widest choice.
-        ref = MobileNetV1(space, space.max_config, bn=False, init=False, device="meta")
+        ref = self._reference()
         self._offsets: dict[str, int] = {}
         off = 0
         for name, p in ref.named_parameters():
@@ -161,6 +165,11 @@ class TimingFactory:
         self.pool_numel = off
         self._edges: dict[tuple[int, int, int], nn.Module] = {}
         self._classifiers: dict[int, nn.Linear] = {}
+
+    def _reference(self) -> nn.Module:
+        """The max-width deployment-form network (on meta) whose parameters lay out the pool."""
+        check_mobilenet_chain(self.space)
+        return MobileNetV1(self.space, self.space.max_config, bn=False, init=False, device="meta")
 
     def _view(self, name: str, shape: tuple[int, ...]) -> nn.Parameter:
         """The pool region of parameter `name`, viewed with `shape` (channels_last strides for 4-d when asked)."""

@@ -1,10 +1,11 @@
-"""ONNX graphs of MobileNet-v1 networks, written directly with `onnx.helper` (no tracing, no torch).
+"""ONNX graphs of MobileNet-v1 and residual networks, written directly with `onnx.helper` (no tracing, no torch).
 
-Conv with bias, Relu, depthwise Conv (group = c), GlobalAveragePool, Flatten, Gemm; tensor and
-parameter names follow the torch module paths of `nets.mobilenet`. `onnx_from_weights` builds the
-graph of a network from a folded state dict (`nets.mobilenet.folded_state`), so ONNX and torch
-compute the same function; `devices.onnxruntime` times graphs of `edge_graph`, the export stage
-writes `onnx_from_weights`. `onnx` is imported inside the functions only.
+Conv with bias, Relu, depthwise Conv (group = c), GlobalAveragePool, Flatten, Gemm; for residual spaces (D44)
+also Clip (ReLU6, bounds from Constant nodes), MaxPool (ResNet's stem) and Add (+ Relu in a "relu" space). Tensor
+and parameter names follow the torch module paths of `nets.mobilenet` (chains) and `nets.residual` (``layers.{e}``;
+edge e's output tensor is ``layers.{e}``). `onnx_from_weights` builds the graph of a network from a folded state
+dict (`nets.family.folded_state`), so ONNX and torch compute the same function; `devices.onnxruntime` times
+graphs of `edge_graph`, the export stage writes `onnx_from_weights`. `onnx` is imported inside the functions only.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..space import SearchSpace, check_mobilenet_chain
+from . import check_blocks
 
 OPSET = 17
 IR_VERSION = 8  # readable by every ONNX Runtime since 1.10
@@ -25,17 +27,110 @@ class ExportMismatch(RuntimeError):
 
 
 def edge_output(space: SearchSpace, i: int) -> str:
-    """Name of the tensor edge i produces (its last ReLU's module path; `logits` for the classifier)."""
+    """Name of the tensor edge i produces (its last ReLU's module path, ``layers.{i}`` in a residual space;
+    `logits` for the classifier)."""
     t = space.thetas[i]
     if t.kind == "linear":
         return OUTPUT
+    if not space.is_chain:
+        return f"layers.{i}"
     return f"features.{i}.{1 if t.kind == 'conv' else 3}"
 
 
-def edge_graph(space: SearchSpace, i: int, c_in: int, c_out: int) -> tuple[list, list[tuple[str, tuple[int, ...]]]]:
-    """ONNX nodes of edge i for c_in → c_out and its parameters [(name, shape)] in deployment form."""
+def edge_inputs(space: SearchSpace, i: int) -> list[str]:
+    """Names of the tensors edge i reads in a residual space: its block's input or the previous main-branch edge's
+    output; a residual add reads the main branch's output and the shortcut's (or the block's input)."""
+    x = INPUT
+    for b in space.blocks:
+        y = x
+        for e in b.edges:
+            if e == i:
+                return [y]
+            y = edge_output(space, e)
+        if i == b.shortcut:
+            return [x]
+        if i == b.add:
+            return [y, edge_output(space, b.shortcut) if b.shortcut >= 0 else x]
+        x = edge_output(space, b.add) if b.add >= 0 else y
+    raise ValueError(f"edge {i} is in no block of space {space.name!r}")
+
+
+def _classifier(x: str, c_in: int, c_out: int) -> tuple[list, list[tuple[str, tuple[int, ...]]]]:
+    """Global average pool, Flatten and Gemm from tensor x: the classifier edge."""
     from onnx import helper
 
+    params = [("classifier.weight", (c_out, c_in)), ("classifier.bias", (c_out,))]
+    nodes = [helper.make_node("GlobalAveragePool", [x], ["pool"], name="pool"),
+             helper.make_node("Flatten", ["pool"], ["flatten"], name="flatten", axis=1),
+             helper.make_node("Gemm", ["flatten", "classifier.weight", "classifier.bias"], [OUTPUT], name="classifier",
+                              transB=1)]
+    return nodes, params
+
+
+def _residual_edge_graph(space: SearchSpace, i: int, c_in: int,
+                         c_out: int) -> tuple[list, list[tuple[str, tuple[int, ...]]]]:
+    """`edge_graph` of a residual space (D44): the deployment form of `nets.residual.edge_module`."""
+    from onnx import TensorProto, helper
+
+    t, xs, out = space.thetas[i], edge_inputs(space, i), edge_output(space, i)
+    if t.kind == "linear":
+        return _classifier(xs[0], c_in, c_out)
+    nodes: list = []
+    params: list[tuple[str, tuple[int, ...]]] = []
+
+    def act(z: str, y: str) -> None:
+        if space.act == "relu":
+            nodes.append(helper.make_node("Relu", [z], [y], name=y))
+            return
+        bounds = []
+        for bound, v in (("min", 0.0), ("max", 6.0)):
+            name = f"{y}.{bound}"
+            nodes.append(helper.make_node("Constant", [], [name], name=name,
+                                          value=helper.make_tensor(name, TensorProto.FLOAT, [], [v])))
+            bounds.append(name)
+        nodes.append(helper.make_node("Clip", [z, *bounds], [y], name=y))
+
+    def unit(x: str, path: str, ci: int, co: int, k: int, s: int, g: int, relu: bool, y: str,
+             pool: bool = False) -> str:
+        w, b = f"{path}.conv.weight", f"{path}.conv.bias"
+        params.extend([(w, (co, ci // g, k, k)), (b, (co,))])
+        z = f"{path}.conv" if relu else y
+        nodes.append(helper.make_node("Conv", [x, w, b], [z], name=z, kernel_shape=[k, k], strides=[s, s],
+                                      pads=[k // 2] * 4, group=g, dilations=[1, 1]))
+        if relu:
+            a = f"{path}.act" if pool else y
+            act(z, a)
+            if pool:
+                nodes.append(helper.make_node("MaxPool", [a], [y], name=y, kernel_shape=[3, 3], strides=[2, 2],
+                                              pads=[1, 1, 1, 1]))
+        return y
+
+    path, k, s = f"layers.{i}", t.kernel, t.stride
+    if t.kind in ("conv", "convpool", "pconv"):
+        unit(xs[0], path, c_in, c_out, k, s, 1, t.kind != "pconv", out, pool=t.kind == "convpool")
+    elif t.kind == "dw":
+        unit(xs[0], path, c_in, c_in, k, s, c_in, True, out)
+    elif t.kind == "dwsep":
+        h = unit(xs[0], f"{path}.0", c_in, c_in, k, s, c_in, True, f"{path}.0")
+        unit(h, f"{path}.1", c_in, c_out, 1, 1, 1, True, out)
+    elif t.kind == "add":
+        if space.act == "relu":
+            nodes.append(helper.make_node("Add", xs, [f"{path}.sum"], name=f"{path}.sum"))
+            nodes.append(helper.make_node("Relu", [f"{path}.sum"], [out], name=out))
+        else:
+            nodes.append(helper.make_node("Add", xs, [out], name=out))
+    else:
+        raise ValueError(f"unknown edge kind {t.kind!r}")
+    return nodes, params
+
+
+def edge_graph(space: SearchSpace, i: int, c_in: int, c_out: int) -> tuple[list, list[tuple[str, tuple[int, ...]]]]:
+    """ONNX nodes of edge i for c_in → c_out (widths of its source and destination nodes) and its parameters
+    [(name, shape)] in deployment form."""
+    from onnx import helper
+
+    if not space.is_chain:
+        return _residual_edge_graph(space, i, c_in, c_out)
     t = space.thetas[i]
     x = INPUT if i == 0 else edge_output(space, i - 1)
     nodes: list = []
@@ -59,10 +154,7 @@ def edge_graph(space: SearchSpace, i: int, c_in: int, c_out: int) -> tuple[list,
         h = conv(x, 0, c_in, c_in, t.kernel, t.stride, c_in)
         conv(h, 2, c_in, c_out, 1, 1, 1)
     elif t.kind == "linear":
-        params.extend([("classifier.weight", (c_out, c_in)), ("classifier.bias", (c_out,))])
-        nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool"], name="pool"))
-        nodes.append(helper.make_node("Flatten", ["pool"], ["flatten"], name="flatten", axis=1))
-        nodes.append(helper.make_node("Gemm", ["flatten", "classifier.weight", "classifier.bias"], [OUTPUT], name="classifier", transB=1))
+        return _classifier(x, c_in, c_out)
     else:
         raise ValueError(f"unknown edge kind {t.kind!r}")
     return nodes, params
@@ -70,10 +162,15 @@ def edge_graph(space: SearchSpace, i: int, c_in: int, c_out: int) -> tuple[list,
 
 def param_shapes(space: SearchSpace, channels: Sequence[int]) -> list[tuple[str, tuple[int, ...]]]:
     """[(name, shape)] of every deployment-form parameter of a configuration, in graph order."""
-    check_mobilenet_chain(space)
+    _check(space)
     space.indices(channels)
     full = space.full(channels)
-    return [p for i in range(space.n_edges) for p in edge_graph(space, i, full[i], full[i + 1])[1]]
+    return [p for i, (s, d) in enumerate(space.edges) for p in edge_graph(space, i, full[s], full[d])[1]]
+
+
+def _check(space: SearchSpace) -> None:
+    """Refuse spaces the graphs cannot be built for."""
+    (check_mobilenet_chain if space.is_chain else check_blocks)(space)
 
 
 def _io(space: SearchSpace, batch: int | str | None):
@@ -98,15 +195,15 @@ def _model(graph):
 
 
 def onnx_from_weights(space: SearchSpace, channels: Sequence[int], state: Mapping[str, Any], batch: int | None = None):
-    """ONNX ModelProto of a network from its deployment-form weights (e.g. nets.mobilenet.folded_state); batch None = symbolic."""
+    """ONNX ModelProto of a network from its deployment-form weights (nets.family.folded_state); batch None = symbolic."""
     from onnx import helper, numpy_helper
 
-    check_mobilenet_chain(space)
+    _check(space)
     space.indices(channels)
     full = space.full(channels)
     nodes, inits = [], []
-    for i in range(space.n_edges):
-        n, params = edge_graph(space, i, full[i], full[i + 1])
+    for i, (s, d) in enumerate(space.edges):
+        n, params = edge_graph(space, i, full[s], full[d])
         nodes.extend(n)
         for name, shape in params:
             if name not in state:

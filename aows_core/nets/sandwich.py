@@ -23,7 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .slimmable import SlimmableMobileNetV1, place_widths
+from .family import Supernet
+from .slimmable import place_widths
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -289,7 +290,7 @@ def _apply(optimizer, model, losses: torch.Tensor, scaler, grad_clip: float | No
 
 
 def sandwich_step(
-    model: SlimmableMobileNetV1,
+    model: Supernet,
     x: torch.Tensor,
     y: torch.Tensor,
     sample_widths,

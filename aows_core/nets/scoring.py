@@ -2,16 +2,24 @@
 
 `SubnetScorer` gives the top-1 errors and summed cross-entropy of a configuration of the slimmable
 supernet on fixed evaluation images, BatchNorm recalibrated per candidate with the exact statistics of
-fixed calibration images (§3; docs/method.md, D22). A candidate that differs from the current
-configuration from edge `start_edge` on reuses the cached activations before it. Under autocast the
+fixed calibration images (§3; docs/method.md, D22). The network runs block by block (a chain's blocks are its
+edges; a residual space's (D44) its `space.blocks`), each block on the calibration activations (its BN recalibrated
+on them) and then on the evaluation ones, so the state after a block depends only on the widths of the nodes that it
+and the blocks before it touch. The scorer keeps the states of one configuration's first blocks: a configuration
+resumes after the longest run of leading blocks whose nodes' widths it shares with them (the same tensors the whole
+pass would compute, bit for bit), and `score(channels, start_edge)` keeps its states before the first block touching
+a node above `start_edge` (greedy trimming, which lowers node `start_edge + 1`: its candidates, scored in ascending
+node order, each resume where the previous stopped caching). One configuration's states at most are held, as the
+activations of a whole pass (`reuse=False`: every configuration runs whole, nothing kept). Under autocast the
 convolutions run in reduced precision, the recalibration statistics and normalisation in float32 (D29);
 the images must be on the model's device. Data-parallel scoring (`greedy.processes`, D30): each process holds
 its share of the evaluation images and all the calibration images (so every process recalibrates BN to the
 same statistics), and `reduce` sums the (errors, cross-entropy) of the shares.
 
-`score_many` scores a list of configurations: on CUDA (`batched`, by the model's device) several per forward
-(`nets.batched`: each configuration a group with its own recalibrated statistics, shared prefixes run once, one
-host copy and one `reduce` per call); on the CPU one at a time with `score`, which is cheaper there (bench/README.md).
+`score_many` scores a list of configurations: on CUDA (`batched`, by the model's device; chains only) several per
+forward (`nets.batched`: each configuration a group with its own recalibrated statistics, shared prefixes run once,
+one host copy and one `reduce` per call); on the CPU one at a time with `score`, which is cheaper there
+(bench/README.md).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import torch.nn.functional as F
 
 from ..space import SearchSpace
 from .batched import (APPLY, CALIBRATE, DevicePlan, as_sources, chunks, configs_per_pass, grouped_features, grouped_logits,
-                      on_cuda, prefix_plan)
+                      prefix_plan, runs_batched)
 from .batchnorm import at_least_float32
 
 
@@ -32,24 +40,31 @@ class SubnetScorer:
 
     def __init__(self, model: Any, cal: torch.Tensor, x_eval: torch.Tensor, y_eval: torch.Tensor, batch_size: int,
                  reduce: Callable[[list[float]], list[float]] | None = None, batched: bool | None = None,
-                 per_pass: int | None = None):
+                 per_pass: int | None = None, reuse: bool = True):
         """`x_eval`, `y_eval`: this process's evaluation images; `reduce`: a sum over the processes that hold
         the others (None: these are all of them); `batched`: `score_many` runs several configurations per forward
-        (None: when the model is on CUDA); `per_pass`: configurations per batched forward (None: by the
-        activation budget of `nets.batched`)."""
+        (None: when the model is on CUDA; never in a residual space); `per_pass`: configurations per batched forward
+        (None: by the activation budget of `nets.batched`); `reuse`: resume from the cached states of earlier blocks
+        (False: every configuration from the input, the same scores)."""
         self.model = model.eval()
         self.space: SearchSpace = model.space
         fmt = torch.channels_last if model.channels_last else torch.contiguous_format
         self.cal = cal.contiguous(memory_format=fmt)
         self.x = [b.contiguous(memory_format=fmt) for b in x_eval.split(int(batch_size))]
         self.y, self.bs = y_eval, int(batch_size)
+        self.reuse = bool(reuse)
+        # states (calibration, evaluation activations) entering feature block k, computed at node widths `_prefix_of`
         self._prefix: dict[int, tuple[torch.Tensor, list[torch.Tensor]]] = {}
         self._prefix_of: tuple[int, ...] | None = None
+        blocks = self.space.blocks[:-1]  # the last block is the classifier
+        edges = self.space.edges
+        self._block_nodes = [sorted({n for e in (*b.edges, b.shortcut, b.add) if e >= 0 for n in edges[e]})
+                             for b in blocks]
         self._reduce = reduce
         self.n = len(y_eval) if reduce is None else int(reduce([float(len(y_eval))])[0])  # evaluation images, all ranks
-        self.batched = on_cuda(model) if batched is None else bool(batched)
-        self.per_pass = (configs_per_pass(self.space, max(len(cal), int(batch_size))) if per_pass is None
-                         else max(1, int(per_pass)))
+        self.batched = runs_batched(model, batched)
+        self.per_pass = (max(1, int(per_pass)) if per_pass is not None
+                         else configs_per_pass(self.space, max(len(cal), int(batch_size))) if self.batched else 1)
 
     def _units(self, i: int, full: Sequence[int]):
         """(conv, bn, weight slice, groups) of edge i's conv units under `full` channels."""
@@ -76,31 +91,109 @@ class SubnetScorer:
                                        mean, var_u, bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps)) for x in xs]
         return cal, xs
 
-    def _activations(self, channels: Sequence[int], upto: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Calibration and evaluation activations entering edge `upto` (cached for the current configuration)."""
-        key = tuple(int(c) for c in channels)
-        if self._prefix_of is None or any(a != b for a, b in zip(key[:upto], self._prefix_of[:upto])):
-            self._prefix, self._prefix_of = {}, key
-        best = max((k for k in self._prefix if k <= upto), default=0)
-        if best == 0:
-            cal, xs = self.model._input(self.cal), self.x
-        else:
-            cal, xs = self._prefix[best]
-        full = self.space.full(key)
-        for i in range(best, upto):
+    def _residual_block(self, j: int, full: Sequence[int], cal: torch.Tensor,
+                        xs: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Block j on the calibration activations, every BN normalising them with their own statistics and keeping
+        the unbiased variance, then on the evaluation activations with the kept statistics (`_residual_logits`'s
+        operations on this block, in its order)."""
+        net = self.model
+        stats: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+        def calibrate(z: torch.Tensor, bn, node: int, act: bool) -> torch.Tensor:
+            z = at_least_float32(z)  # D29
+            var, mean = torch.var_mean(z, dim=(0, 2, 3), correction=0)
+            n = z.numel() // z.shape[1]
+            stats.append((mean, var * (n / (n - 1))))
+            return _normalise(net, z, bn, mean, var, act)
+
+        cal = net._block(j, cal, full, calibrate)
+        out = []
+        for x in xs:
+            kept = iter(stats)
+            out.append(net._block(j, x, full, lambda z, bn, node, act: _normalise(net, at_least_float32(z), bn,
+                                                                                  *next(kept), act)))
+        return cal, out
+
+    def _upto(self, start_edge: int) -> int:
+        """Feature blocks before the first one that touches a node above `start_edge` (in a chain: `start_edge`)."""
+        s = int(start_edge)
+        return next((j for j, nodes in enumerate(self._block_nodes) if nodes[-1] > s), len(self._block_nodes))
+
+    def _features(self, full: Sequence[int], upto: int) -> list[torch.Tensor]:
+        """Evaluation activations entering the classifier at node widths `full`: resumed from the deepest cached state
+        whose blocks' node widths are those of `full`; the states entering blocks 1..`upto` cached."""
+        step = self._edge if self.space.is_chain else self._residual_block
+        key = tuple(int(c) for c in full)
+        old = self._prefix_of
+        valid = 0
+        if old is not None:
+            for nodes in self._block_nodes:
+                if any(key[n] != old[n] for n in nodes):
+                    break
+                valid += 1
+        self._prefix = {k: v for k, v in self._prefix.items() if k <= valid}  # the others are another prefix's
+        self._prefix_of = key
+        best = max(self._prefix, default=0)
+        cal, xs = self._prefix[best] if best else (self.model._input(self.cal), self.x)
+        for j in range(best, len(self._block_nodes)):
+            cal, xs = step(j, full, cal, xs)
+            if j < upto:
+                self._prefix[j + 1] = (cal, xs)
+        return xs
+
+    def _logits(self, channels: Sequence[int], start_edge: int) -> torch.Tensor:
+        """Logits of the evaluation images, resumed from the cache (`_features`)."""
+        if not self.space.is_chain:
+            self.space.indices(channels)
+        if not self.reuse:
+            return self._chain_logits(channels) if self.space.is_chain else self._residual_logits(channels)
+        full = self.space.full(channels)
+        xs = self._features(full, self._upto(start_edge))
+        if self.space.is_chain:
+            clf = self.model.classifier
+            return torch.cat([F.linear(x.mean((2, 3)), clf.weight[:, : full[-2]], clf.bias) for x in xs])
+        return torch.cat([self.model._logits(x, full) for x in xs])
+
+    def _chain_logits(self, channels: Sequence[int]) -> torch.Tensor:
+        """Logits of the evaluation images in a chain, from the input (no cache)."""
+        full = self.space.full(channels)
+        cal, xs = self.model._input(self.cal), self.x
+        for i in range(self.space.n_edges - 1):
             cal, xs = self._edge(i, full, cal, xs)
-            self._prefix[i + 1] = (cal, xs)
-        return cal, xs
+        clf = self.model.classifier
+        return torch.cat([F.linear(x.mean((2, 3)), clf.weight[:, : full[-2]], clf.bias) for x in xs])
+
+    def _residual_logits(self, channels: Sequence[int]) -> torch.Tensor:
+        """Logits of the evaluation images in a residual space (D44), whole (no cache): the configuration block by
+        block on the calibration images, every BN normalising them with their own statistics and keeping the unbiased
+        variance, then on the evaluation images with the kept statistics (`_edge`'s recalibration, in execution
+        order)."""
+        net = self.model
+        full = self.space.full(channels)
+        stats: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+        def calibrate(z: torch.Tensor, bn, node: int, act: bool) -> torch.Tensor:
+            z = at_least_float32(z)  # D29
+            var, mean = torch.var_mean(z, dim=(0, 2, 3), correction=0)
+            n = z.numel() // z.shape[1]
+            stats.append((mean, var * (n / (n - 1))))
+            return _normalise(net, z, bn, mean, var, act)
+
+        net._features(net._input(self.cal), full, calibrate)
+        logits = []
+        for x in self.x:
+            kept = iter(stats)
+            h = net._features(x, full,
+                              lambda z, bn, node, act: _normalise(net, at_least_float32(z), bn, *next(kept), act))
+            logits.append(net._logits(h, full))
+        return torch.cat(logits)
 
     @torch.inference_mode()
     def score(self, channels: Sequence[int], start_edge: int = 0) -> tuple[int, float]:
-        """(errors, summed cross-entropy) on the evaluation images; edges before `start_edge` come from the cache."""
-        full = self.space.full(channels)
-        cal, xs = self._activations(channels, start_edge) if start_edge else (self.model._input(self.cal), self.x)
-        for i in range(start_edge, self.space.n_edges - 1):
-            cal, xs = self._edge(i, full, cal, xs)
-        clf = self.model.classifier
-        logits = torch.cat([F.linear(x.mean((2, 3)), clf.weight[:, : full[-2]], clf.bias) for x in xs])
+        """(errors, summed cross-entropy) on the evaluation images, resumed from the cached states of the blocks it
+        shares with the cached configuration; those before the first block touching a node above `start_edge` (in a
+        chain: edge `start_edge`) are cached in turn (greedy trimming passes the lowered node − 1)."""
+        logits = self._logits(channels, start_edge)
         errors = int((logits.argmax(1) != self.y).sum())
         ce = float(F.cross_entropy(logits.double(), self.y, reduction="sum"))
         if self._reduce is not None:
@@ -110,9 +203,10 @@ class SubnetScorer:
 
     @torch.inference_mode()
     def score_many(self, configs: Sequence[Sequence[int]]) -> list[tuple[int, float]]:
-        """[`score(c)` for c in configs]: batched (`per_pass` per forward) or one at a time (§3, D22)."""
+        """[`score(c)` for c in configs]: batched (`per_pass` per forward) or one at a time (§3, D22), each then
+        caching the prefix it shares with another of `configs` (`start_edge`: their longest common leading widths)."""
         if not self.batched:
-            return [self.score(c) for c in configs]
+            return [self.score(c, start_edge=s) for c, s in zip(configs, _shared_prefixes(configs))]
         parts = [self._score_batch([configs[k] for k in part]) for part in chunks(len(configs), self.per_pass)]
         if not parts:
             return []
@@ -140,6 +234,22 @@ class SubnetScorer:
             errors += (logits.argmax(2) != y).sum(1)
             ce += F.cross_entropy(logits.flatten(0, 1).double(), y.repeat(K), reduction="none").view(K, -1).sum(1)
         return torch.stack([errors.double(), ce], 1)
+
+
+def _normalise(net, z: torch.Tensor, bn, mean: torch.Tensor, var: torch.Tensor, act: bool) -> torch.Tensor:
+    """BN of z's channels with the given statistics and the first affine parameters of `bn`, then the activation."""
+    o = z.shape[1]
+    return net._act(F.batch_norm(z, mean, var, bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps), act)
+
+
+def _shared_prefixes(configs: Sequence[Sequence[int]]) -> list[int]:
+    """Per configuration, the most leading widths it shares with another of `configs` (0 for a lone one)."""
+    rows = [[int(c) for c in cfg] for cfg in configs]
+
+    def common(a: list[int], b: list[int]) -> int:
+        return next((k for k, (u, v) in enumerate(zip(a, b)) if u != v), min(len(a), len(b)))
+
+    return [max((common(a, b) for j, b in enumerate(rows) if j != k), default=0) for k, a in enumerate(rows)]
 
 
 @torch.inference_mode()

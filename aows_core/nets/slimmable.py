@@ -76,32 +76,13 @@ def place_widths(widths: torch.Tensor, device: torch.device | str) -> list[Devic
     return [DeviceWidths(on_device[r], tuple(lo[r]), tuple(hi[r])) for r in range(len(host))]
 
 
-class SlimmableMobileNetV1(nn.Module):
-    """Max-width MobileNet-v1 whose configurations are front slices (§3), masked per sample (§5) or sliced.
+class WidthsMixin:
+    """What every slimmable supernet shares (§5): its max and min configurations, input checks and per-sample widths
+    validated against the max widths. Set `space`, `channels_last`, `_max`, `_min` and `_ar` (a dict) in __init__."""
 
-    `bn_group` (set by `nets.batchnorm.synchronised`): train-mode BN statistics over that process group's
-    global batch (D30); None: this process's batch."""
+    space: SearchSpace
+    channels_last: bool
 
-    bn_group: Any = None
-
-    def __init__(self, space: SearchSpace, channels_last: bool = False, device=None):
-        super().__init__()
-        check_mobilenet_chain(space)
-        self.space = space
-        self.channels_last = bool(channels_last)
-        full = space.full(space.max_config)
-        self.features = nn.Sequential(
-            *[edge_layers(t, full[i], full[i + 1], True, device) for i, t in enumerate(space.thetas[:-1])]
-        )
-        self.classifier = nn.Linear(full[-2], full[-1], device=device)
-        MobileNetV1.reset_parameters(self)  # the same initialisation as the fixed networks
-        if self.channels_last:
-            self.to(memory_format=torch.channels_last)
-        self._max = [int(c) for c in space.max_config]
-        self._min = [int(c) for c in space.min_config]
-        self._ar: dict[tuple, torch.Tensor] = {}
-
-    # ---- helpers --------------------------------------------------------------------------------
     @property
     def max_config(self) -> list[int]:
         return list(self._max)
@@ -114,12 +95,6 @@ class SlimmableMobileNetV1(nn.Module):
         if x.dim() != 4 or x.shape[1] != self.space.in_channels:
             raise ValueError(f"input must be (B, {self.space.in_channels}, H, W), got {tuple(x.shape)}")
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
-
-    def _units(self, i: int):
-        """(conv, bn) pairs of edge i, in order."""
-        edge = self.features[i]
-        mods = list(edge)
-        return [(mods[j], mods[j + 1]) for j in range(0, len(mods), 3)]
 
     def _arange(self, n: int, device) -> torch.Tensor:
         key = (n, str(device))
@@ -151,6 +126,39 @@ class SlimmableMobileNetV1(nn.Module):
         for i, (a, b) in enumerate(zip(lo, hi)):
             if a < 1 or b > self._max[i]:
                 raise ValueError(f"widths at layer {i} must lie in 1..{self._max[i]}, got {a}..{b}")
+
+
+class SlimmableMobileNetV1(WidthsMixin, nn.Module):
+    """Max-width MobileNet-v1 whose configurations are front slices (§3), masked per sample (§5) or sliced.
+
+    `bn_group` (set by `nets.batchnorm.synchronised`): train-mode BN statistics over that process group's
+    global batch (D30); None: this process's batch."""
+
+    bn_group: Any = None
+
+    def __init__(self, space: SearchSpace, channels_last: bool = False, device=None):
+        super().__init__()
+        check_mobilenet_chain(space)
+        self.space = space
+        self.channels_last = bool(channels_last)
+        full = space.full(space.max_config)
+        self.features = nn.Sequential(
+            *[edge_layers(t, full[i], full[i + 1], True, device) for i, t in enumerate(space.thetas[:-1])]
+        )
+        self.classifier = nn.Linear(full[-2], full[-1], device=device)
+        MobileNetV1.reset_parameters(self)  # the same initialisation as the fixed networks
+        if self.channels_last:
+            self.to(memory_format=torch.channels_last)
+        self._max = [int(c) for c in space.max_config]
+        self._min = [int(c) for c in space.min_config]
+        self._ar: dict[tuple, torch.Tensor] = {}
+
+    # ---- helpers --------------------------------------------------------------------------------
+    def _units(self, i: int):
+        """(conv, bn) pairs of edge i, in order."""
+        edge = self.features[i]
+        mods = list(edge)
+        return [(mods[j], mods[j + 1]) for j in range(0, len(mods), 3)]
 
     # ---- masked per-sample forward (§5) ----------------------------------------------------------
     def _masked_bn_relu(self, z: torch.Tensor, bn: nn.BatchNorm2d, m: torch.Tensor) -> torch.Tensor:

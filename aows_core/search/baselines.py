@@ -15,7 +15,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..space import SearchSpace, multiplier_configs
-from .chain import InfeasibleTarget, latency_chain
+from .chain import InfeasibleTarget
+from .graph import space_latency_chain
 from .link import IDENTITY, Link
 from .targets import lut_tables, resolve_target
 
@@ -29,7 +30,7 @@ def baseline_row(space: SearchSpace, method: str, device: str, target: str, valu
 
 
 def _latencies(space: SearchSpace, x: np.ndarray, configs: Sequence[Sequence[int]], link: Link) -> np.ndarray:
-    chain = latency_chain(lut_tables(space, x))
+    chain = space_latency_chain(space, lut_tables(space, x))
     paths = np.array([space.indices(c) for c in configs])
     return np.asarray(link(np.asarray(chain.latency(paths), dtype=np.float64)), dtype=np.float64)
 

@@ -6,7 +6,9 @@ k_i, latency tables L_i are k_i × k_{i+1}. Energies are MINIMISED:
     E_γ(c) = Σ_i δ_i(c_i) + γ Σ_i L_i(c_i, c_{i+1})                      (eq. viterbi)
 
 Σδ(c) is the *objective*, Σ L(c) the *latency*. A unary of +inf forbids a choice (`apply_unvisited`,
-docs/method.md D13); NaN or -inf unaries and non-finite latencies are refused. Paths are int64 choice
+docs/method.md D13); NaN or -inf unaries and non-finite latencies are refused. `forbid` (a boolean mask
+per edge) forbids transitions: +inf in every min-sum, −inf in the log domain (a residual space's compiled
+chain, `aows_core.search.graph`, D44); without it every result is what it was. Paths are int64 choice
 indices of every node 0..n. Ties: the lexicographically smallest path among optima (`viterbi`,
 `Chain.solve`); `tie="low"|"high"` and `unconstrained`/`min_latency`/`max_latency` break ties on
 latency / Σδ first. Comparisons use REL_TOL times a per-instance scale (Σ_i max|δ_i|, Σ_i max|L_i|);
@@ -147,9 +149,13 @@ def apply_unvisited(
 # The chain
 # ---------------------------------------------------------------------------------------------
 class Chain:
-    """A chain MRF instance (eq. viterbi): padded per-instance arrays computed once, decoders as methods."""
+    """A chain MRF instance (eq. viterbi): padded per-instance arrays computed once, decoders as methods.
 
-    def __init__(self, unaries: Sequence[np.ndarray], latency: Sequence[np.ndarray]):
+    `forbid[i]` (optional, (k_i, k_{i+1}) booleans or None): True marks a transition not allowed (D44).
+    """
+
+    def __init__(self, unaries: Sequence[np.ndarray], latency: Sequence[np.ndarray], *,
+                 forbid: Sequence[np.ndarray | None] | None = None):
         n = len(unaries)
         if n < 1:
             raise ValueError("a chain needs at least one node")
@@ -179,6 +185,9 @@ class Chain:
                 a, b = (int(x) for x in bad[0])
                 raise ValueError(f"latency table of edge {i} entry ({a}, {b}) is {t[a, b]} (must be finite)")
             ls.append(t)
+        fb = self._forbid_masks(forbid, ks)
+        if fb is not None:  # forbidden transitions keep a finite 0 in the table (D44)
+            ls = [np.where(f, 0.0, t) if f is not None else t for t, f in zip(ls, fb)]
         K = int(ks.max())
         self.n_nodes = n
         self.counts = ks
@@ -203,6 +212,38 @@ class Chain:
         self.l_scale = float(sum(np.abs(t).max() for t in ls)) if ls else 0.0
         self.ftol = REL_TOL * self.l_scale
         self._cache: dict[str, object] = {}
+        # Forbidden transitions (D44): +inf added to every min-sum, −inf to every log-domain message.
+        self.has_forbid = fb is not None
+        self._forbid = fb
+        if self.has_forbid:
+            F = np.zeros((max(n - 1, 0), K, K))
+            for i, f in enumerate(fb):
+                if f is not None:
+                    F[i, : f.shape[0], : f.shape[1]][f] = np.inf
+            self._F = F
+            if not np.isfinite(self._latency_to_go()[0] + self._zinf[0]).any():
+                raise ValueError("the forbidden transitions leave no allowed path through the chain")
+
+    @staticmethod
+    def _forbid_masks(forbid: Sequence[np.ndarray | None] | None, ks: np.ndarray) -> list[np.ndarray | None] | None:
+        """Boolean per-edge masks (True = transition not allowed), or None when nothing is forbidden."""
+        if forbid is None:
+            return None
+        if len(forbid) != len(ks) - 1:
+            raise ValueError(f"a chain of {len(ks)} nodes needs {len(ks) - 1} forbid masks, got {len(forbid)}")
+        out: list[np.ndarray | None] = []
+        for i, f in enumerate(forbid):
+            if f is not None:
+                f = np.asarray(f, dtype=bool)
+                if f.shape != (ks[i], ks[i + 1]):
+                    raise ValueError(f"forbid mask of edge {i} has shape {f.shape}, expected {(int(ks[i]), int(ks[i + 1]))}")
+                f = f if f.any() else None
+            out.append(f)
+        return out if any(f is not None for f in out) else None
+
+    def _pf(self, A: np.ndarray) -> np.ndarray:
+        """A padded (n−1, K, K) pairwise array with +inf on forbidden transitions (A itself when none are)."""
+        return A + self._F if self.has_forbid else A
 
     # ---- accessors --------------------------------------------------------------------------
     @property
@@ -240,7 +281,7 @@ class Chain:
     # ---- exact min-sum ----------------------------------------------------------------------
     def _viterbi_one(self, gamma: float) -> np.ndarray:
         n, U, ar = self.n_nodes, self._U, self._arK
-        G = self._Lp * gamma
+        G = self._pf(self._Lp * gamma)
         ptr = np.empty((max(n - 1, 0), self.K), dtype=np.int64)
         beta = U[n - 1]
         for i in range(n - 2, -1, -1):
@@ -268,6 +309,8 @@ class Chain:
         arK = self._arK[None, :]
         for i in range(n - 2, -1, -1):
             M = g * self._Lp[i] + beta[:, None, :]
+            if self.has_forbid:
+                M = M + self._F[i]
             j = M.argmin(2)
             ptr[i] = j
             beta = U[i] + M[arB, arK, j]
@@ -281,6 +324,7 @@ class Chain:
     def _lex(self, a: np.ndarray, A: np.ndarray, b: np.ndarray, B: np.ndarray, tol_a: float, tol_b: float) -> np.ndarray:
         """Lexicographic min-sum: minimise primary (a, A); within tol_a, secondary (b, B); then smallest index."""
         n, ar = self.n_nodes, self._arK
+        A = self._pf(A)
         p, s = a[n - 1], b[n - 1]
         ptr = np.empty((max(n - 1, 0), self.K), dtype=np.int64)
 
@@ -405,14 +449,16 @@ class Chain:
         h = np.zeros((gammas.size, n, self.K))
         for i in range(n - 2, -1, -1):
             nxt = self._U[i + 1] + h[:, i + 1]
-            h[:, i] = (g * self._Lp[i] + nxt[:, None, :]).min(2)
+            M = g * self._Lp[i] + nxt[:, None, :]
+            h[:, i] = (M + self._F[i] if self.has_forbid else M).min(2)
         return h
 
     def _latency_to_go(self) -> np.ndarray:
         n = self.n_nodes
         h = np.zeros((n, self.K))
         for i in range(n - 2, -1, -1):
-            h[i] = (self._Lp[i] + (self._zinf[i + 1] + h[i + 1])[None, :]).min(1)
+            M = self._Lp[i] + (self._zinf[i + 1] + h[i + 1])[None, :]
+            h[i] = (M + self._F[i] if self.has_forbid else M).min(1)
         return h
 
     def _exact(self, lag: DecodeResult, gammas: np.ndarray, max_labels: int) -> DecodeResult:
@@ -435,7 +481,10 @@ class Chain:
         for j in range(n - 1):
             ac = np.flatnonzero(self.allowed[j + 1])
             m, k = Lv.size, ac.size
-            Ln = (Lv[:, None] + self._Lp[j][cv][:, ac]).ravel()
+            Ln = Lv[:, None] + self._Lp[j][cv][:, ac]
+            if self.has_forbid:
+                Ln = Ln + self._F[j][cv][:, ac]  # +inf: dropped by the latency-to-go test below
+            Ln = Ln.ravel()
             Dn = (Dv[:, None] + self._U[j + 1, ac][None, :]).ravel()
             cn = np.broadcast_to(ac, (m, k)).ravel()
             pn = np.broadcast_to(np.arange(m)[:, None], (m, k)).ravel()
@@ -575,6 +624,8 @@ class Chain:
         n, K = self.n_nodes, self.K
         a = self._U * (-1.0 / T)  # −δ/T, −inf on forbidden / padded choices
         W = self._Lp * (-gamma / T)  # −γL/T
+        if self.has_forbid:
+            return self._marginals_forbid(a, W - self._F, gamma, T)
         la = np.empty((n, K))
         la[0] = a[0]
         for i in range(n - 1):
@@ -594,10 +645,43 @@ class Chain:
         lp -= np.log(np.exp(lp).sum(1, keepdims=True))  # then normalise in log space
         return Marginals(self, gamma, T, la, lb, W, lp, np.exp(lp), log_z)
 
+    def _marginals_forbid(self, a: np.ndarray, W: np.ndarray, gamma: float, T: float) -> "Marginals":
+        """`marginals` with −inf on forbidden transitions: an all −inf column or row stays −inf, never NaN."""
+        n, K = self.n_nodes, self.K
+        la = np.empty((n, K))
+        la[0] = a[0]
+        with np.errstate(divide="ignore"):
+            for i in range(n - 1):
+                M = la[i][:, None] + W[i]
+                m = _finite_max(M, 0)
+                la[i + 1] = a[i + 1] + m + np.log(np.exp(M - m).sum(0))
+            lb = np.empty((n, K))
+            lb[n - 1] = 0.0
+            for i in range(n - 2, -1, -1):
+                M = W[i] + (a[i + 1] + lb[i + 1])[None, :]
+                m = _finite_max(M, 1)
+                lb[i] = m + np.log(np.exp(M - m[:, None]).sum(1))
+            m = la[n - 1].max()
+            log_z = float(m + np.log(np.exp(la[n - 1] - m).sum()))
+            lp = la + lb
+            lp = lp - lp.max(1, keepdims=True)
+            lp -= np.log(np.exp(lp).sum(1, keepdims=True))
+        return Marginals(self, gamma, T, la, lb, W, lp, np.exp(lp), log_z)
+
+    def negated(self) -> "Chain":
+        """The same chain with −L (the "slow side" of a target met from above, D31); forbids kept."""
+        return Chain(self.unaries, [-t for t in self.latency_tables], forbid=self._forbid)
+
     # ---- thin conveniences --------------------------------------------------------------------
     def channels(self, path: Sequence[int], widths: Sequence[Sequence[int]]) -> list[int]:
         """Widths c_0..c_n (eq. search_space) of every node for a path of choice indices."""
         return [int(widths[i][int(c)]) for i, c in enumerate(path)]
+
+
+def _finite_max(M: np.ndarray, axis: int) -> np.ndarray:
+    """M.max(axis) with 0 where a slice is all −inf (so M − max stays −inf, not NaN)."""
+    m = M.max(axis)
+    return np.where(np.isfinite(m), m, 0.0)
 
 
 @dataclass
@@ -670,9 +754,15 @@ class Marginals:
         n, B = ch.n_nodes, int(size)
         if self._cond is None and n > 1:
             M = self._la[:-1, :, None] + self._W  # [i, c_i, c_{i+1}] ∝ log p(c_i | c_{i+1}) + const
-            M = np.exp(M - M.max(1, keepdims=True))
-            cdf = np.cumsum(M, axis=1)
-            cdf /= cdf[:, -1:, :]
+            if ch.has_forbid:  # a state no predecessor reaches: its (never used) row stays finite
+                m = M.max(1, keepdims=True)
+                M = np.exp(M - np.where(np.isfinite(m), m, 0.0))
+                cdf = np.cumsum(M, axis=1)
+                cdf /= np.where(cdf[:, -1:, :] > 0, cdf[:, -1:, :], 1.0)
+            else:
+                M = np.exp(M - M.max(1, keepdims=True))
+                cdf = np.cumsum(M, axis=1)
+                cdf /= cdf[:, -1:, :]
             self._cond = np.ascontiguousarray(cdf.transpose(0, 2, 1))  # [i, c_{i+1}, c_i]
         u = rng.random((n, B))
         out = np.empty((n, B), dtype=np.int64)

@@ -7,7 +7,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..space import SearchSpace
-from .chain import Chain, DecodeResult, apply_unvisited
+from .chain import DecodeResult, apply_unvisited
+from .graph import space_chain
 from .link import IDENTITY, Link
 from .targets import lut_tables, resolve_target
 
@@ -53,7 +54,7 @@ def decide(
     """Decisions for each target: the constrained optimum of Σδ + γΣL (eq. lagrange; exact mode by default) under
     the budget g⁻¹(target) of the LUT's link (D39)."""
     u = apply_unvisited(unaries, policy, widths=space.choices)
-    chain = Chain(u, lut_tables(space, x))
+    chain = space_chain(space, u, lut_tables(space, x))  # a residual space compiled to a chain (D44)
     rows = []
     for t in targets:
         value = resolve_target(t, space, x, unit, link)

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..space import SearchSpace, pad_nodes
-from .chain import Chain, DecodeResult, InfeasibleTarget, Marginals, apply_unvisited, latency_chain
+from .chain import Chain, DecodeResult, InfeasibleTarget, Marginals, apply_unvisited
+from .graph import SpaceChain, SpaceMarginals, space_chain, space_latency_chain
 from .targets import lut_tables
 
 # (u, T) anchors of supplementary B, u = (epochs elapsed − W) / (E − W).
@@ -65,13 +66,13 @@ class TemperatureSchedule:
         return self(epoch + step / float(steps_per_epoch))
 
 
-def uniform_paths(space_or_chain: SearchSpace | Chain, size: int, rng: np.random.Generator) -> np.ndarray:
+def uniform_paths(space_or_chain: SearchSpace | Chain | SpaceChain, size: int, rng: np.random.Generator) -> np.ndarray:
     """(size, n+1) choice indices drawn uniformly (the warm-up and OWS sampler); a chain's forbidden choices are avoided."""
     u = rng.random((int(size), space_or_chain.n_nodes))
     return _map_uniform(space_or_chain, u)
 
 
-def _map_uniform(obj: SearchSpace | Chain, u: np.ndarray) -> np.ndarray:
+def _map_uniform(obj: SearchSpace | Chain | SpaceChain, u: np.ndarray) -> np.ndarray:
     """Map uniform floats u (P, n+1) to choice indices, uniform over each node's allowed choices."""
     if isinstance(obj, SearchSpace):
         counts = np.array([len(c) for c in obj.choices], dtype=np.int64)
@@ -83,7 +84,7 @@ def _map_uniform(obj: SearchSpace | Chain, u: np.ndarray) -> np.ndarray:
     return out
 
 
-def calibrate_scale(chain: Chain, gamma: float, entropy: float = UNIFORM_ENTROPY) -> float:
+def calibrate_scale(chain: Chain | SpaceChain, gamma: float, entropy: float = UNIFORM_ENTROPY) -> float:
     """s such that the marginals of exp(−E_γ/s) have mean normalised entropy `entropy` (D18).
 
     The entropy rises with s (a hotter chain), so s is found by bisection in log s. A flat energy (every
@@ -105,7 +106,7 @@ def calibrate_scale(chain: Chain, gamma: float, entropy: float = UNIFORM_ENTROPY
     return math.exp(0.5 * (lo + hi))
 
 
-def sampling_gamma(chain: Chain, decoded: DecodeResult, unbound: str = "target") -> tuple[float, bool]:
+def sampling_gamma(chain: Chain | SpaceChain, decoded: DecodeResult, unbound: str = "target") -> tuple[float, bool]:
     """(γ to sample at, whether the target binds) from the constrained decode of the target (D21, D31).
 
     A binding target samples at its dual optimum γ* ≥ 0 (§6). A target that does not bind (γ* = 0, the
@@ -118,8 +119,7 @@ def sampling_gamma(chain: Chain, decoded: DecodeResult, unbound: str = "target")
         return float(decoded.gamma), True
     if unbound == "optimum" or decoded.target >= chain.latency(chain.max_latency()) - chain.ftol:
         return 0.0, False  # (every network meets a target at or above the slowest one: nothing to centre on)
-    slow_side = Chain(chain.unaries, [-t for t in chain.latency_tables])
-    return -float(slow_side.decode(-decoded.target).gamma), False
+    return -float(chain.negated().decode(-decoded.target).gamma), False
 
 
 def _resolve_nodes(space: SearchSpace, unaries) -> list[np.ndarray]:
@@ -186,19 +186,20 @@ class AOWSSampler:
         self.seed = int(seed)
         self.unbound = unbound
         # Fail early on a target below the fastest configuration (D14).
-        latency_chain(self.latency)._check_target(self.target)
+        space_latency_chain(space, self.latency)._check_target(self.target)
         self.step = 0
         self.gamma: float | None = None
         self.binding = True
         self.s: float | None = None if scale == "auto" else float(scale)
         self.last: dict[str, Any] = {}
 
-    def chain(self, unaries) -> Chain:
-        """The chain of the current unaries (unvisited widths resolved by the policy) and the LUT."""
+    def chain(self, unaries) -> Chain | SpaceChain:
+        """The chain of the current unaries (unvisited widths resolved by the policy) and the LUT (D44: a residual
+        space compiled to one)."""
         u = apply_unvisited(_resolve_nodes(self.space, unaries), self.policy, widths=self.space.choices)
-        return Chain(u, self.latency)
+        return space_chain(self.space, u, self.latency)
 
-    def marginals(self, unaries, temperature: float) -> Marginals:
+    def marginals(self, unaries, temperature: float) -> Marginals | SpaceMarginals:
         """Relaxed min-sum marginals at T·s for the current unaries (refreshing γ and s when due)."""
         T = float(temperature)
         if not (T > 0 and math.isfinite(T)):

@@ -7,26 +7,28 @@ import numpy as np
 
 from ..config import TARGET_PATTERN, Target, parse_target  # noqa: F401  (the target grammar lives in config)
 from ..space import SearchSpace
-from .chain import InfeasibleTarget, latency_chain
+from .chain import InfeasibleTarget
+from .graph import space_latency_chain
 from .link import IDENTITY, Link
 
 __all__ = ["TARGET_PATTERN", "Target", "parse_target", "lut_tables", "latency_range", "resolve_target", "check_feasible"]
 
 
 def lut_tables(space: SearchSpace, x: np.ndarray) -> list[np.ndarray]:
-    """Per-edge latency tables L_i(c_i, c_{i+1}) of eq. lat from a LUT vector; NaN/inf refused."""
+    """Per-edge latency tables L_e(c_src, c_dst) of eq. lat from a LUT vector (0.0 off the diagonal of a one-width
+    layer, never read: D44); NaN/inf refused."""
     x = np.asarray(x, dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(x))
     if bad.size:
         theta, ci, co = space.variables[int(bad[0])]
         raise ValueError(f"the latency table holds {bad.size} non-finite entries, e.g. {theta} c_in={ci} c_out={co}")
-    return [x[t] for t in space.edge_tables]
+    return [x[t] if (t >= 0).all() else np.where(t >= 0, x[np.maximum(t, 0)], 0.0) for t in space.edge_tables]
 
 
 def latency_range(space: SearchSpace, x: np.ndarray, link: Link = IDENTITY) -> tuple[float, float, list[int], list[int]]:
     """(L_min, L_max) of the space under a LUT and its link (D39), with the two configurations (exact Viterbi on
-    latency; g is increasing, so the additive extremes are the linked ones)."""
-    chain = latency_chain(lut_tables(space, x))
+    latency, D44 for a residual space; g is increasing, so the additive extremes are the linked ones)."""
+    chain = space_latency_chain(space, lut_tables(space, x))
     lo, hi = chain.min_latency(), chain.max_latency()
     return (float(link(float(chain.latency(lo)))), float(link(float(chain.latency(hi)))), space.channels_of(lo),
             space.channels_of(hi))

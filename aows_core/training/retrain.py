@@ -122,12 +122,12 @@ class RetrainResult:
 def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Sequence[int], splits: Any,
                   resume_dir: str | os.PathLike, accel: Accelerator, *, seed: int | None = None, progress: bool = True,
                   stop_after: int | None = None, desc: str = "retrain", ddp: Dist | None = None) -> RetrainResult:
-    """Train the fixed-width MobileNet-v1 of `channels` from scratch on `splits` (§7) on `accel`'s device and
+    """Train the fixed-width network of `channels` from scratch on `splits` (§7) on `accel`'s device and
     precision, resumable at any step; `ddp`: this process's place in a data-parallel run (default: alone).
 
     `seed` (default: the config's top-level seed) initialises the weights; the batches are the splits'."""
     from ..nets.batchnorm import synchronised
-    from ..nets.mobilenet import MobileNetV1
+    from ..nets.family import network
     from ..nets.sandwich import defers, kept_buffers, restore_where, scaler_skip, step_unless
 
     rt = config["retrain"]
@@ -141,7 +141,7 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
     total, warmup = E * steps, int(round(float(rt["warmup_epochs"]) * steps))
 
     torch.manual_seed(seed)
-    model = MobileNetV1(space, channels).to(accel.device)
+    model = network(space, channels).to(accel.device)
     if splits.spec.channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     scaler = accel.grad_scaler()

@@ -234,7 +234,7 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
            target: str | None, ddp: Dist) -> _Run:
     """Data, model, optimiser, unaries estimator, run id and this rank's shard."""
     from ..data import check_dataset, load_splits, shard_bounds
-    from ..nets.slimmable import SlimmableMobileNetV1
+    from ..nets.family import supernet
     from ..search.sampler import TemperatureSchedule
     from ..search.unaries import EpochUnaries, WindowUnaries
 
@@ -250,7 +250,7 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
 
     accel = accelerator(config, ddp.device)  # fp16 with several processes is refused when the config is read
     torch.manual_seed(seed)
-    model = SlimmableMobileNetV1(space, channels_last=bool(sn["channels_last"])).to(accel.device)
+    model = supernet(space, channels_last=bool(sn["channels_last"])).to(accel.device)
     opt = torch.optim.SGD(model.parameters(), lr=sn["lr"], momentum=sn["momentum"], weight_decay=sn["weight_decay"],
                           nesterov=sn["momentum"] > 0)
     estimator = EpochUnaries(space) if method == "ows" else WindowUnaries(space, int(aw["window"]))

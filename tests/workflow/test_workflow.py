@@ -28,8 +28,10 @@ def test_dry_run_default_config_and_profiles(profile, tmp_path):
     assert "validate_lut" in r.stdout
 
 
-def test_dry_run_imagenet_preset(tmp_path):
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"space": {"preset": "mobilenet_v1_imagenet"}}))
+@pytest.mark.parametrize("preset", ["mobilenet_v1_imagenet", "mobilenet_v2_imagenet", "resnet18_imagenet",
+                                    "resnet50_imagenet"])
+def test_dry_run_imagenet_preset(preset, tmp_path):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"space": {"preset": preset}}))
     r = smk(tmp_path, "-n")
     assert r.returncode == 0, r.stderr[-2000:]
 

@@ -1,0 +1,51 @@
+"""Residual spaces and helpers shared by the residual-network tests (D44)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from aows_core.space import Stage, build_space, get_space
+
+# Every edge kind of a residual space: a ResNet stem with max-pool (convpool), a dwsep layer, bottleneck blocks
+# whose first block projects its shortcut (stride 1, then 2) and identity blocks, at a tiny resolution.
+TINY_BOTTLENECK = build_space(
+    "tiny_bottleneck",
+    [Stage("conv", 16, stride=2, pool=True), Stage("dwsep", 16), Stage("bottleneck", 32, 2, 1),
+     Stage("bottleneck", 64, 2, 2)],
+    resolution=16, in_channels=3, num_classes=5, n_choices=4,
+)
+FAMILIES = {"mobilenet_v2_fmnist": get_space("mobilenet_v2_fmnist"), "resnet_fmnist": get_space("resnet_fmnist"),
+            "tiny_bottleneck": TINY_BOTTLENECK}
+
+
+def random_configs(space, n: int, seed: int = 0) -> list[list[int]]:
+    """n configurations: the max, the min, then uniform ones."""
+    rng = np.random.default_rng(seed)
+    out = [space.max_config, space.min_config]
+    out += [[int(rng.choice(c)) for c in space.layer_choices] for _ in range(n - 2)]
+    return out[:n]
+
+
+def images(space, n: int, seed: int = 1) -> torch.Tensor:
+    h, w = space.resolution
+    return torch.randn(n, space.in_channels, h, w, generator=torch.Generator().manual_seed(seed))
+
+
+def randomise(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Non-trivial BN running statistics and affine parameters (non-zero shifts: D10), a classifier with O(1) logits;
+    in a "relu6" space BN gains 4× larger, so that ReLU6 saturates (3–12 % of activations above 6)."""
+    g = torch.Generator().manual_seed(seed)
+    gain = 4.0 if getattr(model, "space", None) is not None and model.space.act == "relu6" else 1.0
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                n = m.num_features
+                m.running_mean.copy_(torch.randn(n, generator=g) * 0.3)
+                m.running_var.copy_(torch.rand(n, generator=g) * 1.5 + 0.5)
+                m.weight.copy_(gain * (0.5 + 0.5 * torch.rand(n, generator=g)))
+                m.bias.copy_(0.3 * torch.randn(n, generator=g))
+        w = model.classifier.weight
+        w.copy_(torch.randn(w.shape, generator=g) / w.shape[1] ** 0.5)
+    return model
