@@ -10,7 +10,7 @@ resumes after the longest run of leading blocks whose nodes' widths it shares wi
 pass would compute, bit for bit), and `score(channels, start_edge)` keeps its states before the first block touching
 a node above `start_edge` (greedy trimming, which lowers node `start_edge + 1`: its candidates, scored in ascending
 node order, each resume where the previous stopped caching). One configuration's states at most are held, as the
-activations of a whole pass (`reuse=False`: every configuration runs whole, nothing kept). Under autocast the
+activations of a whole pass. Under autocast the
 convolutions run in reduced precision, the recalibration statistics and normalisation in float32 (D29);
 the images must be on the model's device. Data-parallel scoring (`greedy.processes`, D30): each process holds
 its share of the evaluation images and all the calibration images (so every process recalibrates BN to the
@@ -40,19 +40,17 @@ class SubnetScorer:
 
     def __init__(self, model: Any, cal: torch.Tensor, x_eval: torch.Tensor, y_eval: torch.Tensor, batch_size: int,
                  reduce: Callable[[list[float]], list[float]] | None = None, batched: bool | None = None,
-                 per_pass: int | None = None, reuse: bool = True):
+                 per_pass: int | None = None):
         """`x_eval`, `y_eval`: this process's evaluation images; `reduce`: a sum over the processes that hold
         the others (None: these are all of them); `batched`: `score_many` runs several configurations per forward
         (None: when the model is on CUDA; never in a residual space); `per_pass`: configurations per batched forward
-        (None: by the activation budget of `nets.batched`); `reuse`: resume from the cached states of earlier blocks
-        (False: every configuration from the input, the same scores)."""
+        (None: by the activation budget of `nets.batched`)."""
         self.model = model.eval()
         self.space: SearchSpace = model.space
         fmt = torch.channels_last if model.channels_last else torch.contiguous_format
         self.cal = cal.contiguous(memory_format=fmt)
         self.x = [b.contiguous(memory_format=fmt) for b in x_eval.split(int(batch_size))]
         self.y, self.bs = y_eval, int(batch_size)
-        self.reuse = bool(reuse)
         # states (calibration, evaluation activations) entering feature block k, computed at node widths `_prefix_of`
         self._prefix: dict[int, tuple[torch.Tensor, list[torch.Tensor]]] = {}
         self._prefix_of: tuple[int, ...] | None = None
@@ -94,8 +92,8 @@ class SubnetScorer:
     def _residual_block(self, j: int, full: Sequence[int], cal: torch.Tensor,
                         xs: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Block j on the calibration activations, every BN normalising them with their own statistics and keeping
-        the unbiased variance, then on the evaluation activations with the kept statistics (`_residual_logits`'s
-        operations on this block, in its order)."""
+        the unbiased variance, then on the evaluation activations with the kept statistics (`_edge`'s recalibration,
+        in execution order)."""
         net = self.model
         stats: list[tuple[torch.Tensor, torch.Tensor]] = []
 
@@ -145,48 +143,12 @@ class SubnetScorer:
         """Logits of the evaluation images, resumed from the cache (`_features`)."""
         if not self.space.is_chain:
             self.space.indices(channels)
-        if not self.reuse:
-            return self._chain_logits(channels) if self.space.is_chain else self._residual_logits(channels)
         full = self.space.full(channels)
         xs = self._features(full, self._upto(start_edge))
         if self.space.is_chain:
             clf = self.model.classifier
             return torch.cat([F.linear(x.mean((2, 3)), clf.weight[:, : full[-2]], clf.bias) for x in xs])
         return torch.cat([self.model._logits(x, full) for x in xs])
-
-    def _chain_logits(self, channels: Sequence[int]) -> torch.Tensor:
-        """Logits of the evaluation images in a chain, from the input (no cache)."""
-        full = self.space.full(channels)
-        cal, xs = self.model._input(self.cal), self.x
-        for i in range(self.space.n_edges - 1):
-            cal, xs = self._edge(i, full, cal, xs)
-        clf = self.model.classifier
-        return torch.cat([F.linear(x.mean((2, 3)), clf.weight[:, : full[-2]], clf.bias) for x in xs])
-
-    def _residual_logits(self, channels: Sequence[int]) -> torch.Tensor:
-        """Logits of the evaluation images in a residual space (D44), whole (no cache): the configuration block by
-        block on the calibration images, every BN normalising them with their own statistics and keeping the unbiased
-        variance, then on the evaluation images with the kept statistics (`_edge`'s recalibration, in execution
-        order)."""
-        net = self.model
-        full = self.space.full(channels)
-        stats: list[tuple[torch.Tensor, torch.Tensor]] = []
-
-        def calibrate(z: torch.Tensor, bn, node: int, act: bool) -> torch.Tensor:
-            z = at_least_float32(z)  # D29
-            var, mean = torch.var_mean(z, dim=(0, 2, 3), correction=0)
-            n = z.numel() // z.shape[1]
-            stats.append((mean, var * (n / (n - 1))))
-            return _normalise(net, z, bn, mean, var, act)
-
-        net._features(net._input(self.cal), full, calibrate)
-        logits = []
-        for x in self.x:
-            kept = iter(stats)
-            h = net._features(x, full,
-                              lambda z, bn, node, act: _normalise(net, at_least_float32(z), bn, *next(kept), act))
-            logits.append(net._logits(h, full))
-        return torch.cat(logits)
 
     @torch.inference_mode()
     def score(self, channels: Sequence[int], start_edge: int = 0) -> tuple[int, float]:

@@ -24,7 +24,7 @@ guarantees of each decoder) is in docs/method.md. Numpy only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -684,8 +684,53 @@ def _finite_max(M: np.ndarray, axis: int) -> np.ndarray:
     return np.where(np.isfinite(m), m, 0.0)
 
 
+class NodeMarginals:
+    """Per-node marginals p_i (padded `_p`, `_lp` over `chain.counts`) and the samplers built on them (§6)."""
+
+    chain: Any
+    _p: np.ndarray
+    _lp: np.ndarray
+
+    @property
+    def probs(self) -> list[np.ndarray]:
+        """p_i(c) per node (ragged), each summing to 1."""
+        return [self._p[i, :k].copy() for i, k in enumerate(self.chain.counts)]
+
+    @property
+    def log_probs(self) -> list[np.ndarray]:
+        """log p_i(c) per node (ragged); −inf on forbidden choices."""
+        return [self._lp[i, :k].copy() for i, k in enumerate(self.chain.counts)]
+
+    def mean_entropy(self) -> float:
+        """Mean over nodes with several allowed choices of H(p_i) / log(#allowed): 1 uniform, 0 a single path."""
+        hs = []
+        for i, k in enumerate(self.chain.counts):
+            p = self._p[i, :k]
+            m = int((self.chain.allowed[i, :k]).sum())
+            if m > 1:
+                q = p[p > 0]
+                hs.append(float(-(q * np.log(q)).sum() / np.log(m)))
+        return float(np.mean(hs)) if hs else 0.0
+
+    def sample_per_node(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        """(size, n+1) configurations, each node drawn independently from p_i (the paper's §6 reading)."""
+        cdf = np.cumsum(self._p, axis=1)
+        cdf /= cdf[:, -1:]
+        u = rng.random((self.chain.n_nodes, int(size)))
+        idx = (cdf[:, :, None] <= u[:, None, :]).sum(1)
+        return np.minimum(idx, (self.chain.counts - 1)[:, None]).T.astype(np.int64)
+
+    def sample(self, size: int, rng: np.random.Generator, mode: str = "per_node") -> np.ndarray:
+        """Sample configurations (§6): mode "per_node" (product of marginals, default) or "joint" (FFBS)."""
+        if mode == "per_node":
+            return self.sample_per_node(size, rng)
+        if mode == "joint":
+            return self.sample_joint(size, rng)
+        raise ValueError(f"unknown sampling mode {mode!r}; valid: 'per_node', 'joint'")
+
+
 @dataclass
-class Marginals:
+class Marginals(NodeMarginals):
     """Output of the relaxed min-sum (§6): per-node Gibbs marginals, messages, log Z, and samplers."""
 
     chain: Chain
@@ -698,16 +743,6 @@ class Marginals:
     _p: np.ndarray
     log_z: float  # log Σ_c exp(−E_γ(c)/T)
     _cond: np.ndarray | None = field(default=None, repr=False)
-
-    @property
-    def probs(self) -> list[np.ndarray]:
-        """p_i(c) per node (ragged), each summing to 1."""
-        return [self._p[i, :k].copy() for i, k in enumerate(self.chain.counts)]
-
-    @property
-    def log_probs(self) -> list[np.ndarray]:
-        """log p_i(c) per node (ragged); −inf on forbidden choices."""
-        return [self._lp[i, :k].copy() for i, k in enumerate(self.chain.counts)]
 
     @property
     def alpha(self) -> list[np.ndarray]:
@@ -728,25 +763,6 @@ class Marginals:
         P = np.exp(M)
         P /= P.sum()
         return P[: ch.counts[i], : ch.counts[i + 1]]
-
-    def mean_entropy(self) -> float:
-        """Mean over nodes with several allowed choices of H(p_i) / log(#allowed): 1 uniform, 0 a single path."""
-        hs = []
-        for i, k in enumerate(self.chain.counts):
-            p = self._p[i, :k]
-            m = int((self.chain.allowed[i, :k]).sum())
-            if m > 1:
-                q = p[p > 0]
-                hs.append(float(-(q * np.log(q)).sum() / np.log(m)))
-        return float(np.mean(hs)) if hs else 0.0
-
-    def sample_per_node(self, size: int, rng: np.random.Generator) -> np.ndarray:
-        """(size, n+1) configurations, each node drawn independently from p_i (the paper's §6 reading)."""
-        cdf = np.cumsum(self._p, axis=1)
-        cdf /= cdf[:, -1:]
-        u = rng.random((self.chain.n_nodes, int(size)))
-        idx = (cdf[:, :, None] <= u[:, None, :]).sum(1)
-        return np.minimum(idx, (self.chain.counts - 1)[:, None]).T.astype(np.int64)
 
     def sample_joint(self, size: int, rng: np.random.Generator) -> np.ndarray:
         """(size, n+1) configurations drawn jointly from exp(−E_γ/T) by forward-filtering backward-sampling."""
@@ -776,14 +792,6 @@ class Marginals:
             out[i] = (rows <= u[i][:, None]).sum(1)
         np.minimum(out, (ch.counts - 1)[:, None], out=out)
         return out.T.copy()
-
-    def sample(self, size: int, rng: np.random.Generator, mode: str = "per_node") -> np.ndarray:
-        """Sample configurations (§6): mode "per_node" (product of marginals, default) or "joint" (FFBS)."""
-        if mode == "per_node":
-            return self.sample_per_node(size, rng)
-        if mode == "joint":
-            return self.sample_joint(size, rng)
-        raise ValueError(f"unknown sampling mode {mode!r}; valid: 'per_node', 'joint'")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from ..space import SearchSpace
-from .chain import Chain, DecodeResult, Hull, InfeasibleTarget, Marginals, latency_chain
+from .chain import Chain, DecodeResult, Hull, InfeasibleTarget, Marginals, NodeMarginals, latency_chain
 
 MAX_STATES = 200_000  # joint choices one position of the compiled chain may hold
 MAX_ENTRIES = 50_000_000  # entries of the compiled chain's padded (positions, K, K) transition arrays
@@ -271,7 +271,7 @@ class SpaceChain:
         return SpaceMarginals(self, self.compiled.marginals(gamma, temperature))
 
 
-class SpaceMarginals:
+class SpaceMarginals(NodeMarginals):
     """The relaxed min-sum (§6) of a `SpaceChain`: per-node marginals, edge pair marginals, samplers."""
 
     def __init__(self, chain: SpaceChain, states: Marginals):
@@ -292,16 +292,6 @@ class SpaceMarginals:
                 lp[v, : chain.counts[v]] = (m + np.log(np.exp(g - m).sum(axis=axes, keepdims=True))).reshape(-1)
         self._lp, self._p = lp, np.exp(lp)
 
-    @property
-    def probs(self) -> list[np.ndarray]:
-        """p_v(c) per node, each summing to 1."""
-        return [self._p[i, :k].copy() for i, k in enumerate(self.chain.counts)]
-
-    @property
-    def log_probs(self) -> list[np.ndarray]:
-        """log p_v(c) per node; −inf on forbidden choices."""
-        return [self._lp[i, :k].copy() for i, k in enumerate(self.chain.counts)]
-
     def pairwise(self, e: int) -> np.ndarray:
         """Joint marginal p(c_src, c_dst) of space edge e, (|C_src|, |C_dst|) (diagonal for a one-width layer)."""
         ch, lay = self.chain, self.chain.layout
@@ -314,36 +304,9 @@ class SpaceMarginals:
         np.add.at(out, (np.broadcast_to(lay.index(t, s), P.shape), np.broadcast_to(lay.index(t, d), P.shape)), P)
         return out
 
-    def mean_entropy(self) -> float:
-        """Mean over nodes with several allowed choices of H(p_v) / log(#allowed) (as `Marginals.mean_entropy`)."""
-        hs = []
-        for i, k in enumerate(self.chain.counts):
-            p = self._p[i, :k]
-            m = int(self.chain.allowed[i, :k].sum())
-            if m > 1:
-                q = p[p > 0]
-                hs.append(float(-(q * np.log(q)).sum() / np.log(m)))
-        return float(np.mean(hs)) if hs else 0.0
-
-    def sample_per_node(self, size: int, rng: np.random.Generator) -> np.ndarray:
-        """(size, n+1) configurations, each node drawn independently from p_v (§6)."""
-        cdf = np.cumsum(self._p, axis=1)
-        cdf /= cdf[:, -1:]
-        u = rng.random((self.chain.n_nodes, int(size)))
-        idx = (cdf[:, :, None] <= u[:, None, :]).sum(1)
-        return np.minimum(idx, (self.chain.counts - 1)[:, None]).T.astype(np.int64)
-
     def sample_joint(self, size: int, rng: np.random.Generator) -> np.ndarray:
         """(size, n+1) configurations drawn jointly from exp(−E_γ/T): FFBS on the compiled chain (D20, D44)."""
         return self.chain.layout.to_nodes(self.states.sample_joint(size, rng))
-
-    def sample(self, size: int, rng: np.random.Generator, mode: str = "per_node") -> np.ndarray:
-        """Sample configurations (§6): "per_node" (product of marginals) or "joint" (FFBS)."""
-        if mode == "per_node":
-            return self.sample_per_node(size, rng)
-        if mode == "joint":
-            return self.sample_joint(size, rng)
-        raise ValueError(f"unknown sampling mode {mode!r}; valid: 'per_node', 'joint'")
 
 
 # ---------------------------------------------------------------------------------------------
