@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..space import SearchSpace
-from .base import Device, Timer, host_fingerprint, timed_loop, usable_cores
+from .base import Device, Timer, host_fingerprint, network_form, timed_loop, usable_cores
 
 # Bump when the timed form changes (module structure, input, protocol inside `measure`).
 TIMING_FORM = "mobilenet_v1-deploy(bn-folded, relu-inplace, mean-pool)/eager/inference_mode/v1"
@@ -88,7 +88,7 @@ class TorchCPU(Device):
             **host_fingerprint(),
             "torch": torch.__version__,
             "mkldnn": bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled),
-            "form": TIMING_FORM,
+            "form": network_form(TIMING_FORM, self.space),
         }
 
     def _run(self, model, repeats: int, warmup: int, min_time_s: float) -> tuple[np.ndarray, float]:

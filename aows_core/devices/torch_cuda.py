@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..space import SearchSpace
-from .base import MAX_REPEAT_FACTOR, Timer, normalise_spec
+from .base import MAX_REPEAT_FACTOR, Timer, network_form, normalise_spec
 from .torch_cpu import TorchCPU, set_torch_threads
 
 TIMINGS = ("graph", "eager")
@@ -159,7 +159,7 @@ class TorchCUDA(TorchCPU):
         props = torch.cuda.get_device_properties(self._device)
         return {
             **super().fingerprint(),
-            "form": TIMING_FORMS[self.timing],
+            "form": network_form(TIMING_FORMS[self.timing], self.space),
             "gpu": props.name,
             "gpu_capability": f"{props.major}.{props.minor}",
             "gpu_memory_gib": round(props.total_memory / 2**30, 1),

@@ -247,3 +247,16 @@ def test_synthetic_mostly_monotone_in_width():
             total += 1
             ok += table[w] > table[k]
     assert ok / total > 0.9
+
+
+def test_a_residual_space_is_named_in_the_timed_form():
+    """The fingerprint's form names what is timed: MobileNet-v1's label unchanged, a residual space's its own (D44)."""
+    from aows_core.devices.base import network_form
+    from aows_core.devices.torch_cpu import TIMING_FORM
+    from aows_core.space import get_space
+
+    assert network_form(TIMING_FORM, get_space("mobilenet_v1_fmnist")) == TIMING_FORM
+    form = network_form(TIMING_FORM, get_space("resnet_fmnist"))
+    assert form.startswith("residual-deploy") and "mobilenet" not in form
+    dev = get_device({"backend": "torch-cpu", "batch_size": 1, "threads": 1}, get_space("resnet_fmnist", n_choices=2))
+    assert dev.fingerprint()["form"] == form
