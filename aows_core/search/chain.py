@@ -145,6 +145,22 @@ def apply_unvisited(
     return out
 
 
+def check_target(decoder, target: float, indices: str = "choice indices") -> tuple[np.ndarray, float, float]:
+    """(min-latency path, its latency, its Σδ) of a `Chain` or `SpaceChain`; `InfeasibleTarget` naming the minimum
+    latency for a target below it (D14)."""
+    lo = decoder.min_latency()
+    L_lo = float(decoder.latency(lo))
+    if not np.isfinite(target):
+        raise ValueError(f"latency target must be finite, got {target}")
+    if target < L_lo - decoder.ftol:
+        raise InfeasibleTarget(
+            f"latency target {target:.6g} is below the minimum latency {L_lo:.6g} reachable in this space "
+            f"(minimum-latency configuration: {indices} {lo.tolist()})",
+            L_lo,
+        )
+    return lo, L_lo, float(decoder.objective(lo))
+
+
 # ---------------------------------------------------------------------------------------------
 # The chain
 # ---------------------------------------------------------------------------------------------
@@ -383,17 +399,7 @@ class Chain:
 
     # ---- constrained decode (eq. lagrange) ----------------------------------------------------
     def _check_target(self, target: float) -> tuple[np.ndarray, float, float]:
-        lo = self.min_latency()
-        L_lo = float(self.latency(lo))
-        if not np.isfinite(target):
-            raise ValueError(f"latency target must be finite, got {target}")
-        if target < L_lo - self.ftol:
-            raise InfeasibleTarget(
-                f"latency target {target:.6g} is below the minimum latency {L_lo:.6g} reachable in this space "
-                f"(minimum-latency configuration: choice indices {lo.tolist()})",
-                L_lo,
-            )
-        return lo, L_lo, float(self.objective(lo))
+        return check_target(self, target)
 
     def decode(self, target: float, *, exact: bool = False, max_iter: int = 100_000, max_labels: int = 200_000) -> DecodeResult:
         """max_γ min_c Σδ + γ(L(c) − L_T) by exact breakpoint search (eq. lagrange); exact=True: true optimum."""

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from ..space import SearchSpace
-from .chain import Chain, DecodeResult, Hull, InfeasibleTarget, Marginals, NodeMarginals, latency_chain
+from .chain import Chain, DecodeResult, Hull, Marginals, NodeMarginals, check_target, latency_chain
 
 MAX_STATES = 200_000  # joint choices one position of the compiled chain may hold
 MAX_ENTRIES = 50_000_000  # entries of the compiled chain's padded (positions, K, K) transition arrays
@@ -225,17 +225,7 @@ class SpaceChain:
 
     def _check_target(self, target: float) -> tuple[np.ndarray, float, float]:
         """(min-latency path, its latency, its Σδ); `InfeasibleTarget` with the minimum latency below it (D14)."""
-        lo = self.min_latency()
-        L_lo = float(self.latency(lo))
-        if not np.isfinite(target):
-            raise ValueError(f"latency target must be finite, got {target}")
-        if target < L_lo - self.ftol:
-            raise InfeasibleTarget(
-                f"latency target {target:.6g} is below the minimum latency {L_lo:.6g} reachable in this space "
-                f"(minimum-latency configuration: node choice indices {lo.tolist()})",
-                L_lo,
-            )
-        return lo, L_lo, float(self.objective(lo))
+        return check_target(self, target, "node choice indices")
 
     def _result(self, r: DecodeResult) -> DecodeResult:
         """A compiled decode in node terms; Σδ and latency recomputed from the node path (eq. lat)."""
