@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from aows_core.latency.sampling import biased_configs, coverage_counts, coverage_lower_bound
-from aows_core.search.chain import Chain, InfeasibleTarget
+from aows_core.search.chain import Chain
 from aows_core.search.decisions import decide
 from aows_core.search.graph import MAX_STATES, SpaceChain, space_chain, space_latency_chain
+from aows_core.search.results import InfeasibleTarget
 from aows_core.search.sampler import AOWSSampler
 from aows_core.search.targets import check_feasible, latency_range, lut_tables
 from aows_core.space import Block, SearchSpace, Stage, Theta, build_space, get_space

@@ -9,7 +9,7 @@ import yaml
 
 from aows_core import artifacts as io
 from aows_core.latency import lut
-from aows_core.search.chain import InfeasibleTarget
+from aows_core.search.results import InfeasibleTarget
 from aows_core.config import SCHEMA_PATH, space_from_config, validate
 from aows_core.search.targets import TARGET_PATTERN, latency_range, parse_target, resolve_target
 from aows_core.devices.flops import variable_macs
