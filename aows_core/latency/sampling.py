@@ -1,7 +1,7 @@
 """Which networks to profile (§4, supplementary A): uniform and coverage-biased configuration sampling.
 
 The training set of the latency model is drawn by coverage-biased sampling: the next network is the
-exact chain minimiser (`search.chain.viterbi`; a residual space's compiled chain, `search.graph`, D44) of
+exact chain minimiser (`search.viterbi.viterbi`; a residual space's compiled chain, `search.graph`, D44) of
 the paper's Iverson energy (eq. A.2) as the dominant term of a lexicographic energy, until every variable
 of eq. lat is seen `coverage` times; λ and the final quality are measured on two separate uniform sets
 (docs/method.md D1, D2). `coverage_lower_bound` is the least number of networks any sampler needs. Numpy only.
@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..search.chain import viterbi
+from ..search.viterbi import viterbi
 from ..search.graph import SpaceChain
 from ..space import SearchSpace, multiplier_configs
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..search.chain import InfeasibleTarget
+from ..search.results import InfeasibleTarget
 from ..search.link import IDENTITY, Link
 from ..space import SearchSpace
 from .fit import fit_table

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..space import SearchSpace, multiplier_configs
-from .chain import InfeasibleTarget
+from .results import InfeasibleTarget
 from .graph import space_latency_chain
 from .link import IDENTITY, Link
 from .targets import lut_tables, resolve_target

@@ -7,7 +7,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..space import SearchSpace
-from .chain import DecodeResult, apply_unvisited
+from .results import DecodeResult
+from .unvisited import apply_unvisited
 from .graph import space_chain
 from .link import IDENTITY, Link
 from .targets import lut_tables, resolve_target

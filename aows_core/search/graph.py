@@ -6,8 +6,8 @@ compiled chain introduces node t; its state is the joint choice of A_t = {t} ∪
 > t} (the product of the active nodes' choices in increasing node order, the first the most significant). The
 transition t → t+1 charges every edge whose later endpoint is t+1 and forbids states that disagree on a carried
 node; node t's unary sits on position t. The chain's own recursions then minimise (T·log-sum-exp for §6) the
-widths that leave the state, which is D44's elimination of the inner widths, so every decoder of
-`aows_core.search.chain` (Viterbi, eq. lagrange's breakpoint search, the exact label DP, the hull, the relaxed
+widths that leave the state, which is D44's elimination of the inner widths, so every decoder of a
+`aows_core.search.chain.Chain` (Viterbi, eq. lagrange's breakpoint search, the exact label DP, the hull, the relaxed
 min-sum) applies unchanged. `SpaceChain` has `Chain`'s API in node terms; `space_chain` returns a plain `Chain`
 for a chain space (MobileNet-v1), whose results stay bit-identical. Numpy only.
 """
@@ -21,7 +21,10 @@ from typing import Sequence
 import numpy as np
 
 from ..space import SearchSpace
-from .chain import Chain, DecodeResult, Hull, Marginals, NodeMarginals, check_target, latency_chain
+from .chain import Chain
+from .lagrangian import check_target
+from .marginals import Marginals, NodeMarginals
+from .results import DecodeResult, Hull
 
 MAX_STATES = 200_000  # joint choices one position of the compiled chain may hold
 MAX_ENTRIES = 50_000_000  # entries of the compiled chain's padded (positions, K, K) transition arrays
@@ -143,18 +146,18 @@ class SpaceChain:
                 raise ValueError(f"latency table of edge {e} holds non-finite entries (must be finite)")
             ls.append(t)
         self.n_nodes = n1
-        self.K = int(self.counts.max())
+        self.max_choices = int(self.counts.max())
         self._us, self._ls = us, ls
-        self._U = np.full((n1, self.K), np.inf)
+        self.padded_unaries = np.full((n1, self.max_choices), np.inf)
         for i, u in enumerate(us):
-            self._U[i, : u.size] = u
-        self._Lp = np.zeros((len(ls), self.K, self.K))
+            self.padded_unaries[i, : u.size] = u
+        self.padded_latency = np.zeros((len(ls), self.max_choices, self.max_choices))  # per space edge
         for e, t in enumerate(ls):
-            self._Lp[e, : t.shape[0], : t.shape[1]] = t
+            self.padded_latency[e, : t.shape[0], : t.shape[1]] = t
         self._src = np.array([s for s, _ in self.edges], dtype=np.int64)
         self._dst = np.array([d for _, d in self.edges], dtype=np.int64)
-        self._arN, self._arE = np.arange(n1), np.arange(len(ls))
-        self.allowed = np.isfinite(self._U)
+        self.node_index, self.edge_index = np.arange(n1), np.arange(len(ls))
+        self.allowed = np.isfinite(self.padded_unaries)
         self.layout = _layout(tuple(int(k) for k in self.counts), self.edges)
 
     @cached_property
@@ -185,15 +188,15 @@ class SpaceChain:
         """Σ_v δ_v(c_v) of one node path or a batch (B, n+1) (eq. viterbi)."""
         p = np.asarray(path)
         if p.ndim == 1:
-            return float(self._U[self._arN, p].sum())
-        return self._U[self._arN, p].sum(axis=1)
+            return float(self.padded_unaries[self.node_index, p].sum())
+        return self.padded_unaries[self.node_index, p].sum(axis=1)
 
     def latency(self, path) -> np.ndarray | float:
         """Σ_e L_e(c_src, c_dst) of one node path or a batch (B, n+1) (eq. lat)."""
         p = np.asarray(path)
         if p.ndim == 1:
-            return float(self._Lp[self._arE, p[self._src], p[self._dst]].sum())
-        return self._Lp[self._arE, p[:, self._src], p[:, self._dst]].sum(axis=1)
+            return float(self.padded_latency[self.edge_index, p[self._src], p[self._dst]].sum())
+        return self.padded_latency[self.edge_index, p[:, self._src], p[:, self._dst]].sum(axis=1)
 
     def energy(self, path, gamma: float) -> float:
         """E_γ(c) = Σδ + γ ΣL (eq. lagrange_subproblem)."""
@@ -223,7 +226,7 @@ class SpaceChain:
         """argmin Σδ (γ = 0), ties toward lower latency."""
         return self.layout.to_nodes(self.compiled.unconstrained())
 
-    def _check_target(self, target: float) -> tuple[np.ndarray, float, float]:
+    def check_target(self, target: float) -> tuple[np.ndarray, float, float]:
         """(min-latency path, its latency, its Σδ); `InfeasibleTarget` with the minimum latency below it (D14)."""
         return check_target(self, target, "node choice indices")
 
@@ -236,7 +239,7 @@ class SpaceChain:
     def decode(self, target: float, *, exact: bool = False, max_iter: int = 100_000,
                max_labels: int = 200_000) -> DecodeResult:
         """max_γ min_c Σδ + γ(L(c) − L_T) (eq. lagrange) on the compiled chain; exact=True: the true optimum."""
-        self._check_target(float(target))
+        self.check_target(float(target))
         return self._result(self.compiled.decode(target, exact=exact, max_iter=max_iter, max_labels=max_labels))
 
     def decode_exact(self, target: float, *, max_labels: int = 200_000) -> DecodeResult:
@@ -253,7 +256,7 @@ class SpaceChain:
         """Many targets answered from the hull (eq. lagrange)."""
         T = np.asarray(targets, dtype=np.float64).reshape(-1)
         if T.size and np.isfinite(T).all():
-            self._check_target(float(T.min()))
+            self.check_target(float(T.min()))
         return [self._result(r) for r in self.compiled.decode_many(T)]
 
     def marginals(self, gamma: float, temperature: float) -> "SpaceMarginals":
@@ -267,11 +270,11 @@ class SpaceMarginals(NodeMarginals):
     def __init__(self, chain: SpaceChain, states: Marginals):
         self.chain, self.states = chain, states
         self.gamma, self.temperature, self.log_z = states.gamma, states.temperature, states.log_z
-        lay, K = chain.layout, chain.K
+        lay, K = chain.layout, chain.max_choices
         lp = np.full((chain.n_nodes, K), -np.inf)
         with np.errstate(divide="ignore"):
             for v, act in enumerate(lay.active):
-                s = states._lp[v, : lay.sizes[v]]
+                s = states._log_probs[v, : lay.sizes[v]]
                 if len(act) == 1:
                     lp[v, : s.size] = s
                     continue
@@ -280,14 +283,14 @@ class SpaceMarginals(NodeMarginals):
                 m = g.max(axis=axes, keepdims=True)
                 m = np.where(np.isfinite(m), m, 0.0)
                 lp[v, : chain.counts[v]] = (m + np.log(np.exp(g - m).sum(axis=axes, keepdims=True))).reshape(-1)
-        self._lp, self._p = lp, np.exp(lp)
+        self._log_probs, self._probs = lp, np.exp(lp)
 
     def pairwise(self, e: int) -> np.ndarray:
         """Joint marginal p(c_src, c_dst) of space edge e, (|C_src|, |C_dst|) (diagonal for a one-width layer)."""
         ch, lay = self.chain, self.chain.layout
         s, d = ch.edges[e]
         if s == d:
-            return np.diag(self._p[s, : ch.counts[s]])
+            return np.diag(self._probs[s, : ch.counts[s]])
         t = max(s, d) - 1
         P = self.states.pairwise(t)
         out = np.zeros((ch.counts[s], ch.counts[d]))
@@ -311,9 +314,7 @@ def space_chain(space: SearchSpace, unaries: Sequence[np.ndarray], tables: Seque
 
 def space_latency_chain(space: SearchSpace, tables: Sequence[np.ndarray]) -> Chain | SpaceChain:
     """`space_chain` with zero unaries (latency only, eq. lat)."""
-    if space.is_chain:
-        return latency_chain(tables)
-    return SpaceChain(space.edges, [np.zeros(len(c)) for c in space.choices], tables)
+    return space_chain(space, [np.zeros(len(c)) for c in space.choices], tables)
 
 
 __all__ = ["MAX_ENTRIES", "MAX_STATES", "SpaceChain", "SpaceMarginals", "space_chain", "space_latency_chain"]

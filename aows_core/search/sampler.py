@@ -22,7 +22,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..space import SearchSpace, pad_nodes
-from .chain import Chain, DecodeResult, InfeasibleTarget, Marginals, apply_unvisited
+from .chain import Chain
+from .marginals import Marginals
+from .results import DecodeResult, InfeasibleTarget
+from .unvisited import apply_unvisited
 from .graph import SpaceChain, SpaceMarginals, space_chain, space_latency_chain
 from .targets import lut_tables
 
@@ -142,7 +145,7 @@ class AOWSSampler:
     """Per-iteration configuration sampler of AOWS (§6): γ from the constrained decode, marginals at T·s, samples.
 
     `sample(unaries, temperature, size, rng)` → (size, n+1) choice indices. Each call:
-    1. resolves unvisited widths (NaN δ) with `policy` (chain.apply_unvisited; default "pessimistic",
+    1. resolves unvisited widths (NaN δ) with `policy` (unvisited.apply_unvisited; default "pessimistic",
        so a width that has not been seen stays reachable, unlike "exclude");
     2. every `refresh` calls (the first included): γ ← `Chain.decode(target).gamma` at the current
        unaries — where that is 0 (the target does not bind) and `unbound` is "target", γ ← −(the
@@ -186,7 +189,7 @@ class AOWSSampler:
         self.seed = int(seed)
         self.unbound = unbound
         # Fail early on a target below the fastest configuration (D14).
-        space_latency_chain(space, self.latency)._check_target(self.target)
+        space_latency_chain(space, self.latency).check_target(self.target)
         self.step = 0
         self.gamma: float | None = None
         self.binding = True

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..config import TARGET_PATTERN, Target, parse_target  # noqa: F401  (the target grammar lives in config)
 from ..space import SearchSpace
-from .chain import InfeasibleTarget
+from .results import InfeasibleTarget
 from .graph import space_latency_chain
 from .link import IDENTITY, Link
 

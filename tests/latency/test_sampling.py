@@ -15,7 +15,7 @@ from aows_core.latency.sampling import (
     networks_to_cover,
     uniform_configs,
 )
-from aows_core.search.chain import viterbi
+from aows_core.search.viterbi import viterbi
 from aows_core.space import get_space, mobilenet_v1_space
 
 PRESETS = ("mobilenet_v1_imagenet", "mobilenet_v1_fmnist")

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from aows_core.search.baselines import decide_greedy, decide_uniform, greedy_search, greedy_trim
-from aows_core.search.chain import latency_chain
+from aows_core.search.graph import space_latency_chain
 from aows_core.search.targets import check_feasible, latency_range, lut_tables
-from aows_core.search.chain import InfeasibleTarget
+from aows_core.search.results import InfeasibleTarget
 from aows_core.space import multiplier_configs as uniform_configs
 from aows_core.devices.flops import variable_macs
 from aows_core.space import get_space
@@ -94,7 +94,7 @@ def test_greedy_search_trims_layer_by_layer_with_cached_prefixes(case):
 
 def test_latency_chain_and_feasibility(case):
     space, x = case
-    chain = latency_chain(lut_tables(space, x))
+    chain = space_latency_chain(space, lut_tables(space, x))
     assert chain.n_nodes == space.n_nodes and chain.counts.tolist() == [len(c) for c in space.choices]
     lo, hi, fastest, slowest = latency_range(space, x)
     assert fastest == space.min_config and slowest == space.max_config

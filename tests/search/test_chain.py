@@ -8,20 +8,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aows_core.search.baselines import first_meeting, greedy_trim
-from aows_core.search.chain import (
-    Chain,
-    InfeasibleTarget,
-    apply_unvisited,
-    decode,
-    decode_many,
-    lagrangian_hull,
-    marginals,
-    max_latency,
-    sample,
-    min_latency,
-    unconstrained,
-    viterbi,
-)
+from aows_core.search.chain import Chain
+from aows_core.search.results import InfeasibleTarget
+from aows_core.search.unvisited import apply_unvisited
+from aows_core.search.viterbi import viterbi
+from chain_helpers import (decode, decode_many, lagrangian_hull, marginals, max_latency, min_latency, sample,
+                           unconstrained)
 
 
 def greedy_trajectory(counts, score_fn, start=None, **kw):
@@ -542,7 +534,8 @@ def test_chain_module_imports_numpy_only():
     import subprocess
     import sys
 
-    for module in ("chain", "targets", "unaries", "sampler", "decisions", "baselines"):
+    for module in ("chain", "results", "unvisited", "viterbi", "lagrangian", "exact", "hull", "marginals", "graph",
+                   "targets", "unaries", "sampler", "decisions", "baselines"):
         code = (
             f"import sys, aows_core.search.{module}; "
             "bad = [m for m in ('scipy', 'torch', 'cvxpy', 'pandas', 'pyarrow', 'matplotlib', 'tqdm') if m in sys.modules]; "

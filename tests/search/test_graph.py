@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from aows_core.latency.sampling import biased_configs, coverage_counts, coverage_lower_bound
-from aows_core.search.chain import Chain, InfeasibleTarget
+from aows_core.search.chain import Chain
 from aows_core.search.decisions import decide
 from aows_core.search.graph import MAX_STATES, SpaceChain, space_chain, space_latency_chain
+from aows_core.search.results import InfeasibleTarget
 from aows_core.search.sampler import AOWSSampler
 from aows_core.search.targets import check_feasible, latency_range, lut_tables
 from aows_core.space import Block, SearchSpace, Stage, Theta, build_space, get_space
@@ -359,13 +360,42 @@ def test_range_feasibility_decisions_and_sampler_on_a_residual_space():
     rows = decide(sp, u, x, ["range:0.4"], method="aows", device="cpu", unit="ms")
     t, ftol = lo + 0.4 * (hi - lo), space_chain(sp, u, tables).ftol
     assert close(rows[0]["objective"], bf.opt(t, ftol)) and rows[0]["predicted_latency_ms"] <= t + ftol
-    s = AOWSSampler(sp, x, float(np.quantile(bf.L, 0.9)), scale=1.0)  # a target that does not bind (D31)
-    out = s.sample(u, 0.5, 64, rng)
-    assert out.shape == (64, sp.n_nodes) and s.last["binding"] in (True, False)
-    assert s.gamma <= 0 or s.binding
-    s2 = AOWSSampler(sp, x, float(np.quantile(bf.L, 0.2)), mode="joint")
-    out = s2.sample(u, 1.0, 64, rng)
-    assert ((out >= 0) & (out < np.array([len(c) for c in sp.choices]))).all()
+
+
+@pytest.mark.parametrize("mode", ["per_node", "joint"])
+def test_aows_sampler_on_a_residual_space_draws_the_gibbs_marginals(mode):
+    """§6 on a tied space (D44): the sampler's γ is the dual optimum (eq. lagrange; from the slow side for a target
+    that does not bind, D31) and the per-node frequencies of its draws are the Gibbs marginals of exp(−E_γ/T),
+    enumerated, within five binomial standard errors (plus three draws, for probabilities near 0 or 1)."""
+    rng = np.random.default_rng(2)
+    sp = random_space(rng, max_size=2000, min_size=500)
+    u, tables, x = random_instance(rng, sp)
+    bf = Brute(sp, u, tables)
+    assert max(len(blocks) for blocks in sp.tied()) > 1
+    lo, hi = bf.L.min(), bf.L.max()
+    slopes = np.linspace(0.0, 4.0 * (np.ptp(bf.D) + 1.0) / max(hi - lo, 1e-12), 4001)
+    N, T = 20_000, 1.0
+    for quantile, binding in ((0.2, True), (0.9, False)):
+        target = float(np.quantile(bf.L, quantile))
+        s = AOWSSampler(sp, x, target, mode=mode, scale=1.0)
+        out = s.sample(u, T, N, np.random.default_rng(11))
+        assert out.shape == (N, sp.n_nodes) and s.binding is binding and s.last["effective_temperature"] == T
+        # γ maximises the dual: g(γ) = min_c Σδ + γ(L − L_T) when binding, min_c Σδ + γ'(L_T − L) at γ' = −γ if not
+        side = 1.0 if binding else -1.0
+        dual = lambda g: float((bf.D + g * side * (bf.L - target)).min())  # noqa: E731
+        assert side * s.gamma >= 0 and dual(side * s.gamma) >= max(dual(g) for g in slopes) - 1e-9 * (1 + np.ptp(bf.D))
+        w, _ = bf.gibbs(s.gamma, T)
+        for v, c in enumerate(sp.choices):
+            p = np.bincount(bf.paths[:, v], weights=w, minlength=len(c))
+            freq = np.bincount(out[:, v], minlength=len(c)) / N
+            se = np.sqrt(np.clip(p * (1 - p), 0.0, None) / N)
+            assert (np.abs(freq - p) <= 5 * se + 3 / N).all(), (quantile, v, freq, p)
+        if mode == "joint":  # whole configurations too, each within five standard errors of its Gibbs probability
+            shape = [len(c) for c in sp.choices]
+            freq = np.bincount(np.ravel_multi_index(out.T, shape), minlength=sp.size)[
+                np.ravel_multi_index(bf.paths.T, shape)] / N
+            assert (np.abs(freq - w) <= 5 * np.sqrt(w * (1 - w) / N) + 3 / N).all()
+        assert 0.05 < s.last["entropy"] < 0.99  # neither a single path nor uniform: the check has power
 
 
 @pytest.mark.parametrize("preset", ["mobilenet_v2_fmnist", "resnet_fmnist"])

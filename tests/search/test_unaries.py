@@ -6,7 +6,8 @@ import pytest
 from aows_core import artifacts as io
 from aows_core.artifacts import read_unaries
 from aows_core.devices.flops import variable_macs
-from aows_core.search.chain import Chain, InfeasibleTarget
+from aows_core.search.chain import Chain
+from aows_core.search.results import InfeasibleTarget
 from aows_core.search.sampler import (UNIFORM_ENTROPY, AOWSSampler, TemperatureSchedule, calibrate_scale, sampling_gamma,
                                      temperature_at)
 from aows_core.search.targets import latency_range, lut_tables

@@ -9,7 +9,7 @@ import yaml
 
 from aows_core import artifacts as io
 from aows_core.latency import lut
-from aows_core.search.chain import InfeasibleTarget
+from aows_core.search.results import InfeasibleTarget
 from aows_core.config import SCHEMA_PATH, space_from_config, validate
 from aows_core.search.targets import TARGET_PATTERN, latency_range, parse_target, resolve_target
 from aows_core.devices.flops import variable_macs
@@ -75,24 +75,41 @@ def test_range_targets_use_exact_extremes(small):
         resolve_target("4ms", small, x, "MMAC")
 
 
-def test_decode_stage_is_the_brute_force_constrained_optimum(small, tmp_path):
+def check_decode_stage_against_brute_force(cfg, space, tmp_path):
+    """The decode stage's decisions at three targets are the brute-force constrained optima of Σδ (eq. 8)."""
     rng = np.random.default_rng(0)
-    x = write_lut(small, tmp_path / "lut.parquet")
-    rows = write_unaries(small, tmp_path / "u.parquet", rng)
-    cfg = validate(SMALL)
-    cfg_space = small  # same definition ⇒ same hash
+    x = write_lut(space, tmp_path / "lut.parquet")
+    rows = write_unaries(space, tmp_path / "u.parquet", rng)
     u = [np.zeros(1)] + [np.array([r["delta"] for r in rows if r["epoch"] == 1 and r["layer"] == l])
-                         for l in range(small.n_layers)] + [np.zeros(1)]
+                         for l in range(space.n_layers)] + [np.zeros(1)]
     out = decode(cfg, "cpu", "ows", tmp_path / "u.parquet", tmp_path / "lut.parquet",
                  ["range:0.2", "range:0.6", "range:1"], tmp_path / "d.parquet")
     table, meta = io.read_table(tmp_path / "d.parquet", "decisions")
     assert table.schema.remove_metadata().equals(io.SCHEMAS["decisions"])
+    every = list(brute(space, x, u))
+    assert out[0]["gamma"] > 0  # the tightest target binds
     for r in out:
-        feasible = [(obj, lat) for _, lat, obj in brute(cfg_space, x, u) if lat <= r["target_ms"] + 1e-9]
+        feasible = [(obj, lat, ch) for ch, lat, obj in every if lat <= r["target_ms"] + 1e-9]
         assert r["predicted_latency_ms"] <= r["target_ms"] + 1e-9
         assert r["objective"] == pytest.approx(min(feasible)[0], abs=1e-9)
         assert r["exact"] and r["dual_bound"] <= r["objective"] + 1e-9 and r["epoch"] == 1
         assert r["unvisited_policy"] == "exclude"
+        chosen = space.indices(r["channels"])  # the decision's own channels give its objective and latency
+        assert r["objective"] == pytest.approx(sum(u[i][k] for i, k in enumerate(chosen)), abs=1e-9)
+        assert r["predicted_latency_ms"] == pytest.approx(float(lut.predict(space, x, chosen)), abs=1e-9)
+
+
+def test_decode_stage_is_the_brute_force_constrained_optimum(small, tmp_path):
+    check_decode_stage_against_brute_force(validate(SMALL), small, tmp_path)  # same definition ⇒ same hash
+
+
+@pytest.mark.parametrize("preset", ["mobilenet_v2_fmnist", "resnet_fmnist"])
+def test_decode_stage_is_the_brute_force_constrained_optimum_on_a_residual_space(preset, tmp_path):
+    """The same check on a residual space (D44): tied stream widths and inner widths, decoded as a compiled chain."""
+    cfg = validate({"space": {**SMALL["space"], "preset": preset}})
+    space = space_from_config(cfg)
+    assert not space.is_chain and max(len(blocks) for blocks in space.tied()) > 1 and space.size <= 1024
+    check_decode_stage_against_brute_force(cfg, space, tmp_path)
 
 
 def test_bad_inputs_are_clear_errors(small, tmp_path):

@@ -12,7 +12,7 @@ import torch
 
 from aows_core import artifacts as io
 from aows_core.latency import lut
-from aows_core.search.chain import InfeasibleTarget
+from aows_core.search.results import InfeasibleTarget
 from aows_core.config import space_from_config, validate
 from aows_core.devices.flops import variable_macs
 from aows_core.nets.sandwich import NonFiniteLoss
