@@ -24,7 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
-KINDS = ("conv", "dwsep", "linear", "dw", "pconv", "add", "convpool")
+from .kinds import ACTIVATIONS, kind_of
+
 BLOCK_KINDS = ("conv", "dwsep", "inverted_residual", "basic", "bottleneck")
 
 # MobileNet-v1 (Howard et al. 2017): (kind, stride of the layer, base output width).
@@ -57,15 +58,8 @@ class Theta:
     kind: str
 
     def out_hw(self) -> tuple[int, int]:
-        """Spatial output size (k×k convs are padded by k // 2; `convpool` adds a 3×3/2 max-pool; the classifier pools to 1×1)."""
-        if self.kind == "linear":
-            return 1, 1
-        pad = self.kernel // 2
-        h = (self.in_h + 2 * pad - self.kernel) // self.stride + 1
-        w = (self.in_w + 2 * pad - self.kernel) // self.stride + 1
-        if self.kind == "convpool":
-            h, w = (h - 1) // 2 + 1, (w - 1) // 2 + 1
-        return h, w
+        """Spatial output size, as its kind computes it (`aows_core.kinds`)."""
+        return kind_of(self.kind).out_hw(self)
 
 
 VarKey = tuple[Theta, int, int]
@@ -124,20 +118,20 @@ class SearchSpace:
             raise ValueError("the first node (input channels) and the last (classes) must be fixed")
         n = len(self.choices)
         for e, ((s, d), t) in enumerate(zip(self.edges, self.thetas)):
-            if t.kind not in KINDS:
-                raise ValueError(f"unknown layer kind {t.kind!r}; expected one of {KINDS}")
+            kind = kind_of(t.kind)  # an unknown kind names the registered ones
             if not (0 <= s < n and 0 <= d < n):
                 raise ValueError(f"edge {e} maps node {s} to node {d}; the space has nodes 0..{n - 1}")
+            if kind.one_width and s != d:
+                raise ValueError(f"edge {e} is a {t.kind!r} layer, which reads and writes one width; it maps node "
+                                 f"{s} to node {d}")
         if {x for e in self.edges for x in e} != set(range(n)):
             raise ValueError("every node must be read or written by some edge")
-        if self.act not in ("relu", "relu6"):
-            raise ValueError(f"activation must be 'relu' or 'relu6', got {self.act!r}")
+        if self.act not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.act!r}")
         if not self.blocks:
             if self.edges != chain:
                 raise ValueError("a space that is not a chain must list its blocks")
-            kinds = {"conv": "conv", "convpool": "conv", "dwsep": "dwsep", "linear": "classifier"}
-            object.__setattr__(self, "blocks", tuple(
-                Block(kinds.get(t.kind, t.kind), i, i + 1, -1, t.stride, (i,)) for i, t in enumerate(self.thetas)))
+            object.__setattr__(self, "blocks", _chain_blocks(self.thetas))
 
     # ---- shape -------------------------------------------------------------------------
     @property
@@ -155,7 +149,8 @@ class SearchSpace:
 
     @property
     def is_chain(self) -> bool:
-        """Edge i maps node i → i+1 (MobileNet-v1): no tied or inner widths."""
+        """Edge i maps node i → i+1 (MobileNet-v1): no tied or inner widths. Only the decoder asks (it decodes a
+        chain as a chain, `aows_core.search.graph`)."""
         return self.edges == tuple((i, i + 1) for i in range(self.n_edges))
 
     @property
@@ -210,7 +205,7 @@ class SearchSpace:
             for a, ci in enumerate(self.choices[s]):
                 for b, co in enumerate(self.choices[d]):
                     if s != d or a == b:
-                        tab[a, b] = index.setdefault((t, ci, co), len(index))
+                        tab[a, b] = index.setdefault(kind_of(t.kind).variable(t, ci, co), len(index))
             tab.setflags(write=False)
             tables.append(tab)
         return tuple(index), tuple(tables)
@@ -307,7 +302,10 @@ class SearchSpace:
             "thetas": [[t.in_h, t.in_w, t.stride, t.kernel, t.kind] for t in self.thetas],
             "base": list(self.base),
         }
-        if not self.is_chain or self.act != "relu":  # a chain's dict (and hash) is what it always was
+        # edges, blocks and activation are written unless they are what `from_dict` derives from the descriptors
+        # alone (one edge per node pair in order, one block per edge, ReLU): a chain's dict and hash stay as they were
+        derived = SearchSpace(self.name, self.choices, self.thetas, self.base) if _is_sequence(self) else None
+        if derived is None or derived.blocks != self.blocks or self.act != "relu":
             d.update(edges=[list(e) for e in self.edges], blocks=[b.to_list() for b in self.blocks], act=self.act)
         return d
 
@@ -397,15 +395,15 @@ def layer_columns(idx, n_layers: int, what: str = "choice indices") -> np.ndarra
     return idx
 
 
-def check_mobilenet_chain(space: SearchSpace) -> None:
-    """Refuse spaces MobileNetV1 cannot build: the classifier (`linear`) must be the last edge, and only there."""
-    for i, t in enumerate(space.thetas):
-        last = i == space.n_edges - 1
-        if (t.kind == "linear") != last:
-            raise ValueError(
-                f"space {space.name!r}: edge {i} is {t.kind!r}; a MobileNet-v1 chain needs the classifier "
-                f"('linear') as its last edge and only there"
-            )
+def _chain_blocks(thetas: Sequence[Theta]) -> tuple[Block, ...]:
+    """One block per edge of a sequence of layers (MobileNet-v1): named after its layer's kind."""
+    return tuple(Block("classifier" if kind_of(t.kind).classifier else t.kind, i, i + 1, -1, t.stride, (i,))
+                 for i, t in enumerate(thetas))
+
+
+def _is_sequence(space: SearchSpace) -> bool:
+    """Edge i maps node i → i + 1: the layers run in sequence, no widths shared between layers."""
+    return space.edges == tuple((i, i + 1) for i in range(space.n_edges))
 
 
 def width_choices(base: int, multipliers: Sequence[float], divisor: int = 8, min_width: int = 8) -> tuple[int, ...]:

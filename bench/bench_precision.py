@@ -26,9 +26,10 @@ import torch.nn.functional as F
 
 from aows_core.config import data_spec, load, space_from_config, validate
 from aows_core.data import first_images, load_splits
-from aows_core.nets.mobilenet import MobileNetV1
+from aows_core.nets.network import Network
 from aows_core.nets.sandwich import sandwich_step
-from aows_core.nets.slimmable import SlimmableMobileNetV1, widths_tensor
+from aows_core.nets.supernet import Supernet
+from aows_core.nets.widths import widths_tensor
 from aows_core.search.sampler import uniform_layer_indices
 from aows_core.training.accelerator import Accelerator
 
@@ -47,7 +48,7 @@ class Trainer:
 
     def __init__(self, space, kind: str, precision: str, seed: int, perturb: float = 0.0):
         torch.manual_seed(seed)
-        net = SlimmableMobileNetV1(space, channels_last=True) if kind == "supernet" else MobileNetV1(space, space.max_config)
+        net = Supernet(space, channels_last=True) if kind == "supernet" else Network(space, space.max_config)
         self.net = net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         if perturb:
             g = torch.Generator().manual_seed(seed + 1)

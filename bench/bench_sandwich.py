@@ -29,7 +29,8 @@ import torch.nn.functional as F
 
 from aows_core.config import space_from_config, validate
 from aows_core.nets.sandwich import NonFiniteLoss, _as_width_list, distill_loss, sandwich_step
-from aows_core.nets.slimmable import SlimmableMobileNetV1, widths_tensor
+from aows_core.nets.supernet import Supernet
+from aows_core.nets.widths import widths_tensor
 from aows_core.search.sampler import uniform_layer_indices
 
 
@@ -53,7 +54,7 @@ class BaselineResult:
 
 
 def baseline_sandwich_step(
-    model: SlimmableMobileNetV1,
+    model: Supernet,
     x: torch.Tensor,
     y: torch.Tensor,
     sample_widths,
@@ -156,7 +157,7 @@ def stats(ts: list[float]) -> dict:
     return {"median_s": float(med), "iqr_s": float(q3 - q1), "min_s": float(a.min()), "max_s": float(a.max()), "n": len(a)}
 
 
-def variants(model: SlimmableMobileNetV1, sn: dict) -> dict[str, tuple[SlimmableMobileNetV1, torch.optim.Optimizer]]:
+def variants(model: Supernet, sn: dict) -> dict[str, tuple[Supernet, torch.optim.Optimizer]]:
     """Three copies of the supernet, each with its own SGD (the supernet stage's settings)."""
     out = {}
     for name in ("baseline", "now", "deferred"):
@@ -197,7 +198,7 @@ def main(argv=None) -> dict:
     R, B = int(sn["n_random"]), args.batch
     torch.set_num_threads(args.threads or int(sn["threads"]))
     torch.manual_seed(args.seed)
-    base = SlimmableMobileNetV1(space, channels_last=bool(sn["channels_last"]))
+    base = Supernet(space, channels_last=bool(sn["channels_last"]))
     runs = variants(base, sn)
     g = torch.Generator().manual_seed(args.seed)
     times: dict[str, list[float]] = {k: [] for k in runs}

@@ -29,7 +29,7 @@ import torch
 
 from aows_core.nets.estimation import batched_differences, frozen_differences
 from aows_core.nets.scoring import SubnetScorer
-from aows_core.nets.slimmable import SlimmableMobileNetV1
+from aows_core.nets.supernet import Supernet
 from aows_core.space import DEFAULT_PRESET, get_space
 
 
@@ -55,9 +55,9 @@ def interleaved(fns: dict[str, Callable[[], object]], reps: int, device: torch.d
     return out
 
 
-def model_on(space, device: torch.device, path: str | None) -> SlimmableMobileNetV1:
+def model_on(space, device: torch.device, path: str | None) -> Supernet:
     """The default space's supernet (random or loaded from `path`), in channels_last as the default trains it."""
-    net = SlimmableMobileNetV1(space, channels_last=True)
+    net = Supernet(space, channels_last=True)
     if path:
         from aows_core.artifacts import read_supernet_state
 

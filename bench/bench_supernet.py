@@ -27,10 +27,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aows_core.nets.mobilenet import MobileNetV1
+from aows_core.nets.network import Network
 from aows_core.space import get_space
 from aows_core.nets.sandwich import sandwich_step
-from aows_core.nets.slimmable import SlimmableMobileNetV1, widths_tensor
+from aows_core.nets.supernet import Supernet
+from aows_core.nets.widths import widths_tensor
 
 
 def stats(ts: list[float]) -> dict:
@@ -61,9 +62,9 @@ def section_a(space, B, channels_last, reps, warmup, seed):
     rng = np.random.default_rng(seed)
     x = torch.randn(B, space.in_channels, *space.resolution)
     y = torch.randint(0, space.num_classes, (B,))
-    sup = SlimmableMobileNetV1(space, channels_last=channels_last).train()
+    sup = Supernet(space, channels_last=channels_last).train()
     opt_s = torch.optim.SGD(sup.parameters(), lr=1e-3, momentum=0.9, weight_decay=4e-5)
-    net = MobileNetV1(space, space.max_config).train()
+    net = Network(space, space.max_config).train()
     xx = x
     if channels_last:
         net = net.to(memory_format=torch.channels_last)
@@ -88,7 +89,7 @@ def section_b(space, B, channels_last, reps, warmup, seed):
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     x = torch.randn(B, space.in_channels, *space.resolution)
-    sup = SlimmableMobileNetV1(space, channels_last=channels_last).train()
+    sup = Supernet(space, channels_last=channels_last).train()
     idx = uniform_idx(space, B, rng)
     n_distinct = len(np.unique(idx, axis=0))
     w = widths_tensor(space, idx)

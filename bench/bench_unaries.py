@@ -29,7 +29,8 @@ from aows_core import artifacts
 from aows_core.artifacts.readers import node_deltas
 from aows_core.config import data_spec, load, space_from_config
 from aows_core.data import first_images, load_splits
-from aows_core.nets.slimmable import SlimmableMobileNetV1, widths_tensor
+from aows_core.nets.supernet import Supernet
+from aows_core.nets.widths import widths_tensor
 from aows_core.search.sampler import uniform_layer_indices
 from aows_core.search.unaries import fit_additive, width_signal
 from aows_core.nets.estimation import frozen_differences
@@ -64,7 +65,7 @@ def main() -> None:
     cpu = Accelerator(torch.device("cpu"), "fp32")  # the figures in docs/method.md D26: CPU, float32
     scorer = supernet_scorer(cfg, run / "model.pt", space, cpu, n_eval=int(d["search_val"]), n_cal=int(d["calibration"]),
                              batch_size=250)
-    model: SlimmableMobileNetV1 = scorer.model
+    model: Supernet = scorer.model
     splits = load_splits(data_spec(cfg))
     x, y = first_images(splits.train_batches(int(cfg["supernet"]["epochs"]) - 1), int(cfg["supernet"]["estimate_images"]))
     out: dict = {}

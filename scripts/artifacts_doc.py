@@ -624,7 +624,7 @@ Other files:
 - `results/supernet/ows/model.pt`, `results/supernet/aows/{device}/{target}/model.pt`: the supernet's weights and
   space; `results/supernet/ows/checkpoints/after_{n}.pt`: the OWS run after n epochs (where AOWS starts).
 - `results/retrain/…/seed{seed}/model.pt`: `space`, `space_hash`, `channels` and `model` (the state dict of
-  `aows_core.nets.mobilenet.MobileNetV1`).
+  `aows_core.nets.network.Network`; parameters `layers.{e}…`, `classifier`).
 - `results/export/{device}/{method}/{target}/seed{seed}/`: **the network to deploy**: `model.onnx` (BatchNorm
   folded, input `[N, C, H, W]`), `state_dict.pt` (`space`, `space_hash`, `channels`, `model`) and `export.json` (the
   check against PyTorch on test images: `max_abs_diff`, `top1_agreement`, `checked_images`, `rtol`, `atol`, `opset`).

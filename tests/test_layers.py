@@ -1,7 +1,8 @@
 """The house's import contract (issue "One house"; README, Layout): layers, no cycles, pure math layers.
 
 cli → stages → {training, report} → artifacts → {search, latency, devices, evaluation} → {nets, data}
-→ config → space. A module may import its own package and any layer below its own; devices may use
+→ config → space → kinds (the layer kinds: their torch and onnx parts are imported by the methods that build and
+run networks, so importing the package loads neither). A module may import its own package and any layer below its own; devices may use
 nets, and latency's coverage sampler (supplementary A) uses search's chain Viterbi. Walks every module's imports with `ast` (top-level and function-local)."""
 
 import ast
@@ -21,6 +22,7 @@ LAYERS = [
     {"nets", "data"},
     {"config"},
     {"space"},
+    {"kinds"},
 ]
 # devices build the networks they time; coverage sampling (supp. A) decodes with the chain's Viterbi
 ALSO = {("devices", "nets"), ("latency", "search")}
@@ -140,3 +142,11 @@ def test_only_artifacts_and_data_touch_files():
         text = path.read_text()
         bad += [f"{name}: {c}" for c in calls if c in text]
     assert bad == []
+
+
+def test_the_layer_kinds_import_no_torch_or_onnx():
+    """space (and everything the Snakefile imports) asks the kinds for shapes and keys without loading torch."""
+    code = ("import sys, aows_core.kinds, aows_core.space\n"
+            "print(sorted({'torch', 'onnx', 'onnxruntime'} & set(m.split('.')[0] for m in sys.modules)))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]", r.stdout

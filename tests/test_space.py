@@ -10,7 +10,6 @@ from aows_core.space import (
     PRESETS,
     SearchSpace,
     Theta,
-    check_mobilenet_chain,
     get_space,
     layer_columns,
     mobilenet_v1_space,
@@ -104,13 +103,21 @@ def test_node_and_layer_vocabulary():
         s.layer_columns(idx[:, :5])
 
 
-def test_mobilenet_chain_needs_the_classifier_last_and_only_there():
-    s = get_space("mobilenet_v1_fmnist")
-    check_mobilenet_chain(s)
+def test_a_network_needs_the_classifier_last_and_only_there():
+    from aows_core.nets import check_blocks
+
+    check_blocks(get_space("mobilenet_v1_fmnist"))
     t = Theta(4, 4, 1, 1, "linear")
     bad = SearchSpace("bad", ((1,), (8, 16), (4,)), (t, Theta(4, 4, 1, 3, "conv")))
     with pytest.raises(ValueError, match="edge 0 is 'linear'"):
-        check_mobilenet_chain(bad)
+        check_blocks(bad)
+
+
+def test_an_unknown_or_misplaced_layer_kind_is_refused_naming_the_registered_ones():
+    with pytest.raises(ValueError, match=r"unknown layer kind 'se'; registered kinds: \['add', 'conv'"):
+        SearchSpace("bad", ((1,), (8, 16), (4,)), (Theta(4, 4, 1, 3, "se"), Theta(4, 4, 1, 1, "linear")))
+    with pytest.raises(ValueError, match="reads and writes one width"):
+        SearchSpace("bad", ((1,), (8, 16), (4,)), (Theta(4, 4, 1, 3, "dw"), Theta(4, 4, 1, 1, "linear")))
 
 
 # ---- residual spaces (docs/method.md D44) -------------------------------------------------------

@@ -17,7 +17,8 @@ _EXPORTS = {
     "readers": ("SPACE_WORDING", "DEVICE_WORDING", "require_space", "require_device", "read_configs", "read_latency",
                 "read_lut", "require_fitted_on", "read_unaries", "write_decisions", "read_decisions", "read_decision", "decision_channels",
                 "read_trajectory", "read_by_finalist"),
-    "torchfiles": ("to_cpu", "save_torch", "load_torch", "read_supernet_state", "read_network", "read_epoch_checkpoint"),
+    "torchfiles": ("to_cpu", "save_torch", "load_torch", "current_names", "read_supernet_state", "read_network",
+                   "read_epoch_checkpoint"),
     "journal": ("Journal",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -48,5 +49,5 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
                           require_fitted_on,
                           require_device, require_space, write_decisions)
     from .schemas import CHANNELS, META_KEY, SCHEMAS  # noqa: F401
-    from .torchfiles import (load_torch, read_epoch_checkpoint, read_network, read_supernet_state,  # noqa: F401
-                             save_torch, to_cpu)
+    from .torchfiles import (current_names, load_torch, read_epoch_checkpoint, read_network,  # noqa: F401
+                             read_supernet_state, save_torch, to_cpu)

@@ -45,13 +45,36 @@ def load_torch(path: str | os.PathLike) -> Any:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
+def current_names(model: dict[str, Any], space: SearchSpace, path: str | os.PathLike, rerun: str) -> dict[str, Any]:
+    """A model state dict in today's parameter names (docs/method.md D45). A MobileNet-v1 file written before the one
+    network path names edge i's modules ``features.{i}.{j}``: they are renamed, edge by edge in registration order,
+    to ``layers.{i}.…`` (the same tensors); a file that does not map is refused naming the stage to rerun."""
+    if not any(k.startswith("features.") for k in model):
+        return model
+    from ..nets.network import Network
+
+    ref = list(Network(space, space.max_config, init=False, device="meta").state_dict())
+    out: dict[str, Any] = {}
+    for i in range(space.n_edges - 1):
+        old = [k for k in model if k.startswith(f"features.{i}.")]
+        new = [k for k in ref if k.startswith(f"layers.{i}.")]
+        if len(old) != len(new):
+            raise ArtifactError(f"{path} holds a network of an older layout whose edge {i} has {len(old)} tensors "
+                                f"where today's has {len(new)}; rerun {rerun}")
+        out.update(zip(new, (model[k] for k in old)))
+    out.update((k, v) for k, v in model.items() if k.startswith("classifier."))
+    if len(out) != len(model):
+        raise ArtifactError(f"{path} holds a network of an older layout that does not map onto today's; rerun {rerun}")
+    return out
+
+
 def read_supernet_state(path: str | os.PathLike, space: SearchSpace) -> dict[str, Any]:
     """The weights of a supernet's model.pt, refused if it belongs to another space."""
     state = load_torch(path)
     if not isinstance(state, dict) or "model" not in state:
         raise ArtifactError(f"{path} is not a supernet model file (no 'model' entry); rerun the supernet training")
     require_space(state, space, path, "supernet")
-    return state["model"]
+    return current_names(state["model"], space, path, "the supernet training")
 
 
 def read_network(path: str | os.PathLike, space: SearchSpace) -> dict[str, Any]:
@@ -62,7 +85,7 @@ def read_network(path: str | os.PathLike, space: SearchSpace) -> dict[str, Any]:
     require_space(state, space, path, "network")
     if "model" not in state or "channels" not in state:
         raise ArtifactError(f"{path} is not a retrained model file (no 'model' and 'channels' entries); rerun the retraining")
-    return state
+    return {**state, "model": current_names(state["model"], space, path, "the retraining")}
 
 
 def read_epoch_checkpoint(path: str | os.PathLike, space: SearchSpace, completed_epochs: int) -> dict[str, Any]:
@@ -76,4 +99,4 @@ def read_epoch_checkpoint(path: str | os.PathLike, space: SearchSpace, completed
             f"{path} is not the OWS checkpoint after {completed_epochs} epochs of this space "
             f"(space {state.get('space_hash')}, after {state.get('completed_epochs')} epochs)"
         )
-    return state
+    return {**state, "model": current_names(state["model"], space, path, "the OWS supernet training")}

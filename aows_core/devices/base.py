@@ -87,11 +87,6 @@ class Timer:
             self._close = None
 
 
-def network_form(form: str, space: SearchSpace) -> str:
-    """A device's timed-form label for `space`: MobileNet-v1's as it always was, a residual space's named so (D44)."""
-    return form if space.is_chain else form.replace("mobilenet_v1-deploy", "residual-deploy")
-
-
 class Device:
     """A latency (or cost) oracle for the networks of one search space."""
 

@@ -2,7 +2,8 @@
 
 FLOPs decompose exactly over pairs of successive widths, so they are the special case of the
 latency model (eq. lat, §4) whose table is known in closed form (§7.2: "written analytically as a
-special case of our latency model"). Per image, with (H_out, W_out) the layer's output size:
+special case of our latency model"). Each layer kind counts its own (`LayerKind.macs`, `aows_core.kinds`); per
+image, with (H_out, W_out) the layer's output size, the built-in kinds count:
 
 - conv, pconv k×k: c_in · c_out · k² · H_out · W_out  (convpool: at the convolution's output, before its max-pool)
 - dw k×k:         c · k² · H_out · W_out
@@ -20,49 +21,19 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..kinds import kind_of
 from ..space import SearchSpace, Theta
 from .base import Device, Timer
 
 
-def _conv_hw(t: Theta) -> tuple[int, int]:
-    """Output size of Θ's convolution (a `convpool`'s before its max-pool)."""
-    if t.kind != "convpool":
-        return t.out_hw()
-    pad = t.kernel // 2
-    return (t.in_h + 2 * pad - t.kernel) // t.stride + 1, (t.in_w + 2 * pad - t.kernel) // t.stride + 1
-
-
 def theta_macs(t: Theta, c_in: int, c_out: int) -> int:
-    """MACs per image of a layer with descriptor Θ mapping c_in → c_out."""
-    ho, wo = _conv_hw(t)
-    k2 = t.kernel * t.kernel
-    if t.kind in ("conv", "pconv", "convpool"):
-        return c_in * c_out * k2 * ho * wo
-    if t.kind == "dw":
-        return c_out * k2 * ho * wo
-    if t.kind == "dwsep":
-        return c_in * k2 * ho * wo + c_in * c_out * ho * wo
-    if t.kind == "linear":
-        return c_in * c_out
-    if t.kind == "add":
-        return 0
-    raise ValueError(f"unknown layer kind {t.kind!r}")
+    """MACs per image of a layer with descriptor Θ mapping c_in → c_out (its kind's count)."""
+    return int(kind_of(t.kind).macs(t, int(c_in), int(c_out)))
 
 
 def theta_params(t: Theta, c_in: int, c_out: int) -> int:
-    """Trainable parameters of a layer (weights, BatchNorm scale and shift, the classifier's bias)."""
-    k2 = t.kernel * t.kernel
-    if t.kind in ("conv", "pconv", "convpool"):
-        return c_in * c_out * k2 + 2 * c_out
-    if t.kind == "dw":
-        return c_out * k2 + 2 * c_out
-    if t.kind == "dwsep":
-        return c_in * k2 + 2 * c_in + c_in * c_out + 2 * c_out
-    if t.kind == "linear":
-        return c_in * c_out + c_out
-    if t.kind == "add":
-        return 0
-    raise ValueError(f"unknown layer kind {t.kind!r}")
+    """Trainable parameters of a layer (weights, BatchNorm scale and shift, the classifier's bias; its kind's)."""
+    return int(kind_of(t.kind).params(t, int(c_in), int(c_out)))
 
 
 def edge_macs(space: SearchSpace, c_in: int, c_out: int, edge: int) -> int:

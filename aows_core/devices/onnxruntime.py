@@ -26,10 +26,10 @@ import numpy as np
 from ..nets import TIMING_WEIGHT_STD, WEIGHT_ALIGN
 from ..nets.onnx import INPUT, IR_VERSION, OPSET, OUTPUT, _io, _model, edge_graph, onnx_from_weights, param_shapes  # noqa: F401 (re-exported)
 from ..space import SearchSpace
-from .base import Device, Timer, host_fingerprint, network_form, timed_loop, usable_cores
+from .base import Device, Timer, host_fingerprint, timed_loop, usable_cores
 
 GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
-TIMING_FORM = "mobilenet_v1-deploy(bn-folded)/onnx-opset17/external-initializers/iobinding/v1"
+TIMING_FORM = "deploy(bn-folded)/onnx-opset17/external-initializers/iobinding/v2"
 
 
 class GraphFactory:
@@ -169,7 +169,7 @@ class OnnxRuntime(Device):
             "onnxruntime": ort.__version__,
             "provider": "CPUExecutionProvider",
             "opset": OPSET,
-            "form": network_form(TIMING_FORM, self.space),
+            "form": TIMING_FORM,
         }
 
     def open(self, channels: Sequence[int], job: int = 0) -> Timer:

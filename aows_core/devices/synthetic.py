@@ -34,14 +34,15 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..kinds import kind_of
 from ..space import SearchSpace
 from .base import Device, Timer
 from .flops import network_macs, variable_macs
 
 GENERATOR_VERSION = 1
 TICKS = 64  # virtual-time resolution of the timing calls within one job (regime switches)
-_KINDS = ("conv", "dwsep", "linear")
-_LIKE = {"pconv": "conv", "convpool": "conv", "dw": "dwsep", "add": "linear"}  # residual layers (D44)
+# A layer kind's cost family (`LayerKind.cost_family`): its ms per MMAC and per layer (drawn in this order).
+COST_FAMILIES = ("conv", "dwsep", "linear")
 
 
 class Synthetic(Device):
@@ -73,8 +74,8 @@ class Synthetic(Device):
         if self.seed < 0:
             raise ValueError(f"synthetic: the seed must be ≥ 0, got {self.seed}")
         rng = np.random.default_rng([self.seed, 2**32 - 1, 7])
-        self._a = {k: rng.uniform(0.025, 0.035) * s for k, s in zip(_KINDS, (1.0, 1.1, 1.5))}  # ms per MMAC
-        self._b = {k: b * rng.uniform(0.8, 1.2) for k, b in zip(_KINDS, (0.03, 0.06, 0.02))}  # ms per layer
+        self._a = {k: rng.uniform(0.025, 0.035) * s for k, s in zip(COST_FAMILIES, (1.0, 1.1, 1.5))}  # ms per MMAC
+        self._b = {k: b * rng.uniform(0.8, 1.2) for k, b in zip(COST_FAMILIES, (0.03, 0.06, 0.02))}  # ms per layer
         self._m = rng.uniform(0.8, 1.2)  # ms per 10⁶ elements moved
         self._jitter = rng.normal(0.0, 0.05, size=space.n_variables)
         self._misalign = rng.uniform(0.02, 0.06)
@@ -92,20 +93,9 @@ class Synthetic(Device):
         macs = variable_macs(self.space).astype(np.float64)
         out = np.empty(self.space.n_variables)
         for v, (t, ci, co) in enumerate(self.space.variables):
-            ho, wo = t.out_hw()
-            k2 = t.kernel * t.kernel
-            if t.kind in ("conv", "pconv", "convpool"):
-                moved = co * ho * wo + ci * co * k2
-            elif t.kind == "dwsep":
-                moved = ci * ho * wo + co * ho * wo + ci * k2 + ci * co
-            elif t.kind == "dw":
-                moved = ci * t.in_h * t.in_w + co * ho * wo + co * k2
-            elif t.kind == "add":  # two operands read, one written
-                moved = 3 * co * ho * wo
-            else:
-                moved = ci * t.in_h * t.in_w + ci * co
-            kind = _LIKE.get(t.kind, t.kind)  # the residual spaces' layers cost like the nearest chain kind
-            base = self._a[kind] * macs[v] / 1e6 + self._m * moved / 1e6 + self._b[kind]
+            kind = kind_of(t.kind)
+            family = kind.cost_family
+            base = self._a[family] * macs[v] / 1e6 + self._m * kind.moved(t, ci, co) / 1e6 + self._b[family]
             penalty = 1.0 + (self._misalign if co % 16 else 0.0)
             out[v] = base * penalty * np.exp(self._jitter[v])
         out *= self.batch_size**0.9

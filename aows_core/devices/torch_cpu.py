@@ -1,6 +1,6 @@
 """`torch-cpu`: eager PyTorch on the CPU, the paper's CPU target (§7, Xeon, batch 1, PyTorch).
 
-Each network is the deployment form of `nets.mobilenet.timing_model` (BN folded, the form finalists are
+Each network is the deployment form of `nets.network.TimingFactory` (BN folded, the form finalists are
 measured in), run under `torch.inference_mode()` on a fixed N(0, 1) input batch of shape
 (B, C, H, W); one sample is `time.perf_counter_ns` around one forward pass. Threads are set here
 (torch.set_num_threads / set_num_interop_threads) and denormals are flushed; the garbage
@@ -16,10 +16,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..space import SearchSpace
-from .base import Device, Timer, host_fingerprint, network_form, timed_loop, usable_cores
+from .base import Device, Timer, host_fingerprint, timed_loop, usable_cores
 
 # Bump when the timed form changes (module structure, input, protocol inside `measure`).
-TIMING_FORM = "mobilenet_v1-deploy(bn-folded, relu-inplace, mean-pool)/eager/inference_mode/v1"
+TIMING_FORM = "deploy(bn-folded, relu-inplace, mean-pool)/kind-units/eager/inference_mode/v2"
 
 
 def set_torch_threads(threads: int, inter_op_threads: int) -> int:
@@ -53,7 +53,7 @@ class TorchCPU(Device):
         super().__init__(spec, space, seed)
         import torch
 
-        from ..nets.family import timing_factory
+        from ..nets.network import TimingFactory
 
         self.threads = int(self.spec["threads"])
         self.inter_op_threads = int(self.spec["inter_op_threads"])
@@ -65,7 +65,7 @@ class TorchCPU(Device):
         self._inter_actual = set_torch_threads(self.threads, self.inter_op_threads)
         self._device = self._resolve_device()
         # One-time setup (well under a second per space): later networks cost only their assembly.
-        self.factory = timing_factory(space, seed=self.seed, device=self._device, channels_last=self.channels_last).prebuild()
+        self.factory = TimingFactory(space, seed=self.seed, device=self._device, channels_last=self.channels_last).prebuild()
         gen = torch.Generator().manual_seed(self.seed)
         x = torch.randn(self.input_shape, generator=gen).to(self._device)
         if self.channels_last:
@@ -88,7 +88,7 @@ class TorchCPU(Device):
             **host_fingerprint(),
             "torch": torch.__version__,
             "mkldnn": bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled),
-            "form": network_form(TIMING_FORM, self.space),
+            "form": TIMING_FORM,
         }
 
     def _run(self, model, repeats: int, warmup: int, min_time_s: float) -> tuple[np.ndarray, float]:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..space import SearchSpace
-from .base import MAX_REPEAT_FACTOR, Timer, network_form, normalise_spec
+from .base import MAX_REPEAT_FACTOR, Timer, normalise_spec
 from .torch_cpu import TorchCPU, set_torch_threads
 
 TIMINGS = ("graph", "eager")
@@ -29,10 +29,10 @@ PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # Untimed autotuning passes before capture (cuDNN benchmark picks each convolution's algorithm on its first call).
 AUTOTUNE_PASSES = 3
 # Bump when the timed form changes (module structure, input, capture, protocol inside `measure`).
-_NET = "mobilenet_v1-deploy(bn-folded, relu-inplace, mean-pool)/cudnn-benchmark"
+_NET = "deploy(bn-folded, relu-inplace, mean-pool)/kind-units/cudnn-benchmark"
 TIMING_FORMS = {
-    "graph": f"{_NET}/cuda-graph-replay/cuda-events/v2",
-    "eager": f"{_NET}/eager/inference_mode/cuda-events/v2",
+    "graph": f"{_NET}/cuda-graph-replay/cuda-events/v3",
+    "eager": f"{_NET}/eager/inference_mode/cuda-events/v3",
 }
 
 
@@ -146,9 +146,9 @@ class TorchCUDA(TorchCPU):
 
     def _cast_factory(self):
         """The timing factory with its weight pool (all weights are views of it) in the inference precision."""
-        from ..nets.family import timing_factory
+        from ..nets.network import TimingFactory
 
-        factory = timing_factory(self.space, seed=self.seed, device=self._device, channels_last=self.channels_last)
+        factory = TimingFactory(self.space, seed=self.seed, device=self._device, channels_last=self.channels_last)
         factory.pool = factory.pool.to(self.dtype)
         return factory.prebuild()
 
@@ -159,7 +159,7 @@ class TorchCUDA(TorchCPU):
         props = torch.cuda.get_device_properties(self._device)
         return {
             **super().fingerprint(),
-            "form": network_form(TIMING_FORMS[self.timing], self.space),
+            "form": TIMING_FORMS[self.timing],
             "gpu": props.name,
             "gpu_capability": f"{props.major}.{props.minor}",
             "gpu_memory_gib": round(props.total_memory / 2**30, 1),

@@ -1,7 +1,7 @@
 """Which networks to profile (§4, supplementary A): uniform and coverage-biased configuration sampling.
 
 The training set of the latency model is drawn by coverage-biased sampling: the next network is the
-exact chain minimiser (`search.viterbi.viterbi`; a residual space's compiled chain, `search.graph`, D44) of
+exact minimiser (`search.graph.space_argmin`: Viterbi on a chain, a residual space's compiled chain, D44) of
 the paper's Iverson energy (eq. A.2) as the dominant term of a lexicographic energy, until every variable
 of eq. lat is seen `coverage` times; λ and the final quality are measured on two separate uniform sets
 (docs/method.md D1, D2). `coverage_lower_bound` is the least number of networks any sampler needs. Numpy only.
@@ -14,8 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..search.viterbi import viterbi
-from ..search.graph import SpaceChain
+from ..search.graph import space_argmin
 from ..space import SearchSpace, multiplier_configs
 
 SeedLike = int | np.random.Generator | np.random.SeedSequence | None
@@ -149,12 +148,8 @@ class CoverageSampler:
         if not self.secondary:
             return self._blocked.copy(), fresh * np.float64(-1.0)
         D = np.zeros_like(self.usage)  # fresh variables each node choice touches (a one-width layer's once)
-        if self.space.is_chain:
-            D[:-1] += fresh.sum(axis=2)
-            D[1:] += fresh.sum(axis=1)
-        else:
-            np.add.at(D, self._src, fresh.sum(axis=2))
-            np.add.at(D, self._dst[~self._self], fresh[~self._self].sum(axis=1))
+        np.add.at(D, self._src, fresh.sum(axis=2))
+        np.add.at(D, self._dst[~self._self], fresh[~self._self].sum(axis=1))
         s = np.where(self._valid, D.max(axis=1, keepdims=True) - D, 0)
         u_min = np.where(self._valid, self.usage, np.iinfo(np.int64).max).min(axis=1, keepdims=True)
         r = np.where(self._valid, self.usage - u_min, 0)
@@ -168,14 +163,7 @@ class CoverageSampler:
     def propose(self) -> np.ndarray:
         """The next configuration (choice indices of nodes 0..n): exact argmin of E(c) (supp. A), counts updated."""
         unaries, pairwise = self.energy_terms()
-        if self.space.is_chain:
-            path, _ = viterbi(unaries, pairwise)
-        else:  # the same energy on a residual space: its compiled chain (D44) at γ = 1
-            sizes = _sizes(self.space)
-            path = SpaceChain(
-                self.space.edges, [u[:k] for u, k in zip(unaries, sizes)],
-                [P[: sizes[a], : sizes[b]] for P, a, b in zip(pairwise, self._src, self._dst)],
-            ).solve(1.0)
+        path = space_argmin(self.space, unaries, pairwise)  # a residual space: its compiled chain (D44)
         np.add.at(self.counts, self._T[self._edges, path[self._src], path[self._dst]], 1)
         self.usage[self._nodes, path] += 1
         return self._to_orig[self._nodes, path]

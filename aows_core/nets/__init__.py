@@ -1,7 +1,8 @@
-"""Torch networks of a search space (MobileNet-v1, residual networks, their slimmable supernets) and their ONNX graphs.
+"""Torch networks of any search space: the fixed network (`network`), the slimmable supernet (`supernet`), the
+batched and sliced scoring passes and the ONNX graphs, every layer built and run by its kind (`aows_core.kinds`).
 
 This file imports nothing heavy: `devices.onnxruntime` imports `nets.onnx` and `devices` promises
-numpy only. The constants below are shared by the torch timing networks (`nets.mobilenet`) and the
+numpy only. The constants below are shared by the torch timing networks (`nets.network.TimingFactory`) and the
 ONNX timing graphs (`devices.onnxruntime`).
 """
 
@@ -16,10 +17,12 @@ WEIGHT_ALIGN = 16  # floats (64 bytes) between consecutive weight views of the p
 def check_blocks(space) -> None:
     """Refuse spaces the networks cannot build (D44): the classifier (`linear`) is the last edge and only there, and
     the blocks run in sequence (each reads the node the previous one wrote), covering every edge once."""
+    from ..kinds import kind_of
+
     last = space.n_edges - 1
     for i, t in enumerate(space.thetas):
-        if (t.kind == "linear") != (i == last):
-            raise ValueError(f"space {space.name!r}: edge {i} is {t.kind!r}; a network needs the classifier "
+        if kind_of(t.kind).classifier != (i == last):
+            raise ValueError(f"space {space.name!r}: edge {i} is {t.kind!r}; a network needs a classifier kind "
                              f"('linear') as its last edge and only there")
     node, seen = 0, []
     for j, b in enumerate(space.blocks):

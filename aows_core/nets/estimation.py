@@ -5,8 +5,7 @@ Each sampled configuration c is run on one batch of a fixed image pool, in train
 and the batch's mean ℓ(x, c) − ℓ(x, M) is recorded, ℓ(x, M) being the max configuration's loss on the same
 batch. `search.unaries.fit_additive` turns the differences into δ with standard errors.
 
-Two equal ways to run it, chosen by the model's device in `estimate_differences`: on the CPU (and for every
-residual space, D44) `frozen_differences` runs each configuration as a sliced network, one forward each; on CUDA
+Two equal ways to run it, chosen by the model's device in `estimate_differences`: on the CPU `frozen_differences` runs each configuration as a sliced network, one forward each; on CUDA
 `batched_differences` stacks several configurations' batches into one forward (`nets.batched`: each group masked
 to its widths, with its own BatchNorm statistics), where one forward per configuration would be launch-bound.
 Both keep the results on the device and copy them to the host once.
@@ -21,8 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .batched import TRAIN, DevicePlan, as_sources, chunks, configs_per_pass, grouped_logits, prefix_plan, runs_batched
-from .family import Supernet
-from .slimmable import SlimmableMobileNetV1
+from .supernet import Supernet
 
 
 def _pool_batches(x: torch.Tensor, batch_size: int) -> int:
@@ -63,7 +61,7 @@ def frozen_differences(model: Supernet, x: torch.Tensor, y: torch.Tensor,
 
 
 @torch.no_grad()
-def batched_differences(model: SlimmableMobileNetV1, x: torch.Tensor, y: torch.Tensor,
+def batched_differences(model: Supernet, x: torch.Tensor, y: torch.Tensor,
                         configs: Sequence[Sequence[int]], batch_size: int,
                         per_pass: int | None = None) -> np.ndarray:
     """`frozen_differences` with `per_pass` configurations per forward (default: as many as `nets.batched`'s
@@ -86,7 +84,7 @@ def batched_differences(model: SlimmableMobileNetV1, x: torch.Tensor, y: torch.T
         out = []
         for part in chunks(len(configs), per_pass):
             src = np.arange(part.start, part.stop, dtype=np.int64) % n_batches
-            dp = DevicePlan(prefix_plan([configs[k] for k in part], src), src_x.device, extra=[src])
+            dp = DevicePlan(prefix_plan(net.space, [configs[k] for k in part], src), src_x.device, extra=[src])
             logits = grouped_logits(net, dp, src_x, TRAIN, [])  # (K, b, classes)
             (src_d,) = dp.extra
             ce = F.cross_entropy(logits.flatten(0, 1).double(), src_y[src_d].flatten(), reduction="none")
@@ -101,7 +99,6 @@ def estimate_differences(model: Supernet, x: torch.Tensor, y: torch.Tensor,
                          batched: bool | None = None) -> np.ndarray:
     """The estimation pass's differences (D26) by the path that suits the model's device: batched on CUDA, sliced
     one at a time on the CPU, where the batched pass costs 4× as much per configuration (bench/bench_scoring.py);
-    `batched` overrides the choice. A residual space (D44) always takes the sliced path
-    (`nets.batched.runs_batched`)."""
+    `batched` overrides the choice."""
     use = runs_batched(model, batched)
     return (batched_differences if use else frozen_differences)(model, x, y, configs, batch_size)

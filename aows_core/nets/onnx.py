@@ -1,11 +1,11 @@
-"""ONNX graphs of MobileNet-v1 and residual networks, written directly with `onnx.helper` (no tracing, no torch).
+"""ONNX graphs of the networks of any space, written directly with `onnx.helper` (no tracing, no torch).
 
-Conv with bias, Relu, depthwise Conv (group = c), GlobalAveragePool, Flatten, Gemm; for residual spaces (D44)
-also Clip (ReLU6, bounds from Constant nodes), MaxPool (ResNet's stem) and Add (+ Relu in a "relu" space). Tensor
-and parameter names follow the torch module paths of `nets.mobilenet` (chains) and `nets.residual` (``layers.{e}``;
-edge e's output tensor is ``layers.{e}``). `onnx_from_weights` builds the graph of a network from a folded state
-dict (`nets.family.folded_state`), so ONNX and torch compute the same function; `devices.onnxruntime` times
-graphs of `edge_graph`, the export stage writes `onnx_from_weights`. `onnx` is imported inside the functions only.
+Each edge's nodes come from its layer kind (`LayerKind.onnx`, through a `GraphBuilder`): Conv with bias, Relu or
+Clip (ReLU6), depthwise Conv (group = c), MaxPool, Add, GlobalAveragePool, Flatten, Gemm for the built-in kinds.
+Tensor and parameter names follow the torch module paths of `nets.network` (``layers.{e}``, ``classifier``; edge
+e's output tensor is ``layers.{e}``). `onnx_from_weights` builds the graph of a network from a folded state dict
+(`nets.network.folded_state`), so ONNX and torch compute the same function; `devices.onnxruntime` times graphs of
+`edge_graph`, the export stage writes `onnx_from_weights`. `onnx` is imported inside the functions only.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..space import SearchSpace, check_mobilenet_chain
+from ..kinds import kind_of
+from ..space import SearchSpace
 from . import check_blocks
 
 OPSET = 17
@@ -27,19 +28,13 @@ class ExportMismatch(RuntimeError):
 
 
 def edge_output(space: SearchSpace, i: int) -> str:
-    """Name of the tensor edge i produces (its last ReLU's module path, ``layers.{i}`` in a residual space;
-    `logits` for the classifier)."""
-    t = space.thetas[i]
-    if t.kind == "linear":
-        return OUTPUT
-    if not space.is_chain:
-        return f"layers.{i}"
-    return f"features.{i}.{1 if t.kind == 'conv' else 3}"
+    """Name of the tensor edge i produces: its module path ``layers.{i}`` (`logits` for the classifier)."""
+    return OUTPUT if i == space.n_edges - 1 else f"layers.{i}"
 
 
 def edge_inputs(space: SearchSpace, i: int) -> list[str]:
-    """Names of the tensors edge i reads in a residual space: its block's input or the previous main-branch edge's
-    output; a residual add reads the main branch's output and the shortcut's (or the block's input)."""
+    """Names of the tensors edge i reads: its block's input or the previous main-branch edge's output; a residual
+    add reads the main branch's output and the shortcut's (or the block's input)."""
     x = INPUT
     for b in space.blocks:
         y = x
@@ -55,109 +50,64 @@ def edge_inputs(space: SearchSpace, i: int) -> list[str]:
     raise ValueError(f"edge {i} is in no block of space {space.name!r}")
 
 
-def _classifier(x: str, c_in: int, c_out: int) -> tuple[list, list[tuple[str, tuple[int, ...]]]]:
-    """Global average pool, Flatten and Gemm from tensor x: the classifier edge."""
-    from onnx import helper
+class GraphBuilder:
+    """ONNX nodes and parameters [(name, shape)] of a deployment-form network, appended by the layer kinds
+    (`LayerKind.onnx`); `act` is the space's activation."""
 
-    params = [("classifier.weight", (c_out, c_in)), ("classifier.bias", (c_out,))]
-    nodes = [helper.make_node("GlobalAveragePool", [x], ["pool"], name="pool"),
-             helper.make_node("Flatten", ["pool"], ["flatten"], name="flatten", axis=1),
-             helper.make_node("Gemm", ["flatten", "classifier.weight", "classifier.bias"], [OUTPUT], name="classifier",
-                              transB=1)]
-    return nodes, params
+    def __init__(self, act: str):
+        self.act = act
+        self.nodes: list = []
+        self.params: list[tuple[str, tuple[int, ...]]] = []
 
+    def node(self, op: str, inputs: list[str], outputs: list[str], **attrs) -> None:
+        """One node (`onnx.helper.make_node`)."""
+        from onnx import helper
 
-def _residual_edge_graph(space: SearchSpace, i: int, c_in: int,
-                         c_out: int) -> tuple[list, list[tuple[str, tuple[int, ...]]]]:
-    """`edge_graph` of a residual space (D44): the deployment form of `nets.residual.edge_module`."""
-    from onnx import TensorProto, helper
+        self.nodes.append(helper.make_node(op, inputs, outputs, **attrs))
 
-    t, xs, out = space.thetas[i], edge_inputs(space, i), edge_output(space, i)
-    if t.kind == "linear":
-        return _classifier(xs[0], c_in, c_out)
-    nodes: list = []
-    params: list[tuple[str, tuple[int, ...]]] = []
+    def param(self, name: str, shape: tuple[int, ...]) -> str:
+        """A parameter the graph reads (its value comes from the state dict)."""
+        self.params.append((name, tuple(int(s) for s in shape)))
+        return name
 
-    def act(z: str, y: str) -> None:
-        if space.act == "relu":
-            nodes.append(helper.make_node("Relu", [z], [y], name=y))
+    def activation(self, z: str, y: str) -> None:
+        """y = the space's activation of z: Relu, or Clip to [0, 6] (bounds from Constant nodes)."""
+        from onnx import TensorProto, helper
+
+        if self.act == "relu":
+            self.node("Relu", [z], [y], name=y)
             return
         bounds = []
         for bound, v in (("min", 0.0), ("max", 6.0)):
             name = f"{y}.{bound}"
-            nodes.append(helper.make_node("Constant", [], [name], name=name,
-                                          value=helper.make_tensor(name, TensorProto.FLOAT, [], [v])))
+            self.node("Constant", [], [name], name=name, value=helper.make_tensor(name, TensorProto.FLOAT, [], [v]))
             bounds.append(name)
-        nodes.append(helper.make_node("Clip", [z, *bounds], [y], name=y))
+        self.node("Clip", [z, *bounds], [y], name=y)
 
-    def unit(x: str, path: str, ci: int, co: int, k: int, s: int, g: int, relu: bool, y: str,
-             pool: bool = False) -> str:
-        w, b = f"{path}.conv.weight", f"{path}.conv.bias"
-        params.extend([(w, (co, ci // g, k, k)), (b, (co,))])
-        z = f"{path}.conv" if relu else y
-        nodes.append(helper.make_node("Conv", [x, w, b], [z], name=z, kernel_shape=[k, k], strides=[s, s],
-                                      pads=[k // 2] * 4, group=g, dilations=[1, 1]))
-        if relu:
+    def conv_unit(self, x: str, path: str, ci: int, co: int, k: int, s: int, g: int, y: str, *, act: bool = True,
+                  pool: bool = False) -> str:
+        """A `kinds.units.Unit` in deployment form (conv with bias, activation, 3×3/2 max-pool) from x to y."""
+        w = self.param(f"{path}.conv.weight", (co, ci // g, k, k))
+        b = self.param(f"{path}.conv.bias", (co,))
+        z = f"{path}.conv" if act else y
+        self.node("Conv", [x, w, b], [z], name=z, kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4, group=g,
+                  dilations=[1, 1])
+        if act:
             a = f"{path}.act" if pool else y
-            act(z, a)
+            self.activation(z, a)
             if pool:
-                nodes.append(helper.make_node("MaxPool", [a], [y], name=y, kernel_shape=[3, 3], strides=[2, 2],
-                                              pads=[1, 1, 1, 1]))
+                self.node("MaxPool", [a], [y], name=y, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
         return y
-
-    path, k, s = f"layers.{i}", t.kernel, t.stride
-    if t.kind in ("conv", "convpool", "pconv"):
-        unit(xs[0], path, c_in, c_out, k, s, 1, t.kind != "pconv", out, pool=t.kind == "convpool")
-    elif t.kind == "dw":
-        unit(xs[0], path, c_in, c_in, k, s, c_in, True, out)
-    elif t.kind == "dwsep":
-        h = unit(xs[0], f"{path}.0", c_in, c_in, k, s, c_in, True, f"{path}.0")
-        unit(h, f"{path}.1", c_in, c_out, 1, 1, 1, True, out)
-    elif t.kind == "add":
-        if space.act == "relu":
-            nodes.append(helper.make_node("Add", xs, [f"{path}.sum"], name=f"{path}.sum"))
-            nodes.append(helper.make_node("Relu", [f"{path}.sum"], [out], name=out))
-        else:
-            nodes.append(helper.make_node("Add", xs, [out], name=out))
-    else:
-        raise ValueError(f"unknown edge kind {t.kind!r}")
-    return nodes, params
 
 
 def edge_graph(space: SearchSpace, i: int, c_in: int, c_out: int) -> tuple[list, list[tuple[str, tuple[int, ...]]]]:
     """ONNX nodes of edge i for c_in → c_out (widths of its source and destination nodes) and its parameters
-    [(name, shape)] in deployment form."""
-    from onnx import helper
-
-    if not space.is_chain:
-        return _residual_edge_graph(space, i, c_in, c_out)
+    [(name, shape)] in deployment form, as its layer kind writes them."""
     t = space.thetas[i]
-    x = INPUT if i == 0 else edge_output(space, i - 1)
-    nodes: list = []
-    params: list[tuple[str, tuple[int, ...]]] = []
-
-    def conv(x: str, j: int, ci: int, co: int, k: int, s: int, g: int) -> str:
-        w, b = f"features.{i}.{j}.weight", f"features.{i}.{j}.bias"
-        params.extend([(w, (co, ci // g, k, k)), (b, (co,))])
-        y, z = f"features.{i}.{j}", f"features.{i}.{j + 1}"
-        nodes.append(
-            helper.make_node(
-                "Conv", [x, w, b], [y], name=y, kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4, group=g, dilations=[1, 1]
-            )
-        )
-        nodes.append(helper.make_node("Relu", [y], [z], name=z))
-        return z
-
-    if t.kind == "conv":
-        conv(x, 0, c_in, c_out, t.kernel, t.stride, 1)
-    elif t.kind == "dwsep":
-        h = conv(x, 0, c_in, c_in, t.kernel, t.stride, c_in)
-        conv(h, 2, c_in, c_out, 1, 1, 1)
-    elif t.kind == "linear":
-        return _classifier(x, c_in, c_out)
-    else:
-        raise ValueError(f"unknown edge kind {t.kind!r}")
-    return nodes, params
+    g = GraphBuilder(space.act)
+    path = "classifier" if i == space.n_edges - 1 else f"layers.{i}"
+    kind_of(t.kind).onnx(g, t, edge_inputs(space, i), edge_output(space, i), path, c_in, c_out)
+    return g.nodes, g.params
 
 
 def param_shapes(space: SearchSpace, channels: Sequence[int]) -> list[tuple[str, tuple[int, ...]]]:
@@ -170,7 +120,7 @@ def param_shapes(space: SearchSpace, channels: Sequence[int]) -> list[tuple[str,
 
 def _check(space: SearchSpace) -> None:
     """Refuse spaces the graphs cannot be built for."""
-    (check_mobilenet_chain if space.is_chain else check_blocks)(space)
+    check_blocks(space)
 
 
 def _io(space: SearchSpace, batch: int | str | None):
@@ -195,7 +145,8 @@ def _model(graph):
 
 
 def onnx_from_weights(space: SearchSpace, channels: Sequence[int], state: Mapping[str, Any], batch: int | None = None):
-    """ONNX ModelProto of a network from its deployment-form weights (nets.family.folded_state); batch None = symbolic."""
+    """ONNX ModelProto of a network from its deployment-form weights (nets.network.folded_state); batch None =
+    symbolic."""
     from onnx import helper, numpy_helper
 
     _check(space)

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .family import Supernet
-from .slimmable import place_widths
+from .supernet import Supernet
+from .widths import place_widths
 
 
 class NonFiniteLoss(FloatingPointError):

@@ -2,8 +2,8 @@
 
 `SubnetScorer` gives the top-1 errors and summed cross-entropy of a configuration of the slimmable
 supernet on fixed evaluation images, BatchNorm recalibrated per candidate with the exact statistics of
-fixed calibration images (§3; docs/method.md, D22). The network runs block by block (a chain's blocks are its
-edges; a residual space's (D44) its `space.blocks`), each block on the calibration activations (its BN recalibrated
+fixed calibration images (§3; docs/method.md, D22). The network runs block by block (`space.blocks`: a chain's blocks
+are its edges, D44), each block on the calibration activations (its BN recalibrated
 on them) and then on the evaluation ones, so the state after a block depends only on the widths of the nodes that it
 and the blocks before it touch. The scorer keeps the states of one configuration's first blocks: a configuration
 resumes after the longest run of leading blocks whose nodes' widths it shares with them (the same tensors the whole
@@ -16,7 +16,7 @@ the images must be on the model's device. Data-parallel scoring (`greedy.process
 its share of the evaluation images and all the calibration images (so every process recalibrates BN to the
 same statistics), and `reduce` sums the (errors, cross-entropy) of the shares.
 
-`score_many` scores a list of configurations: on CUDA (`batched`, by the model's device; chains only) several per
+`score_many` scores a list of configurations: on CUDA (`batched`, by the model's device) several per
 forward (`nets.batched`: each configuration a group with its own recalibrated statistics, shared prefixes run once,
 one host copy and one `reduce` per call); on the CPU one at a time with `score`, which is cheaper there
 (bench/README.md).
@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..kinds import Pass
 from ..space import SearchSpace
 from .batched import (APPLY, CALIBRATE, DevicePlan, as_sources, chunks, configs_per_pass, grouped_features, grouped_logits,
                       prefix_plan, runs_batched)
@@ -43,7 +44,7 @@ class SubnetScorer:
                  per_pass: int | None = None):
         """`x_eval`, `y_eval`: this process's evaluation images; `reduce`: a sum over the processes that hold
         the others (None: these are all of them); `batched`: `score_many` runs several configurations per forward
-        (None: when the model is on CUDA; never in a residual space); `per_pass`: configurations per batched forward
+        (None: when the model is on CUDA); `per_pass`: configurations per batched forward
         (None: by the activation budget of `nets.batched`)."""
         self.model = model.eval()
         self.space: SearchSpace = model.space
@@ -64,36 +65,11 @@ class SubnetScorer:
         self.per_pass = (max(1, int(per_pass)) if per_pass is not None
                          else configs_per_pass(self.space, max(len(cal), int(batch_size))) if self.batched else 1)
 
-    def _units(self, i: int, full: Sequence[int]):
-        """(conv, bn, weight slice, groups) of edge i's conv units under `full` channels."""
-        ci, co = full[i], full[i + 1]
-        units = list(self.model._units(i))
-        if self.space.thetas[i].kind == "dwsep":
-            (dw, dbn), (pw, pbn) = units
-            return [(dw, dbn, dw.weight[:ci], ci), (pw, pbn, pw.weight[:co, :ci], 1)]
-        (cv, bn), = units
-        return [(cv, bn, cv.weight[:co, :ci], 1)]
-
-    def _edge(self, i: int, full: Sequence[int], cal: torch.Tensor, xs: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Edge i on the calibration and evaluation activations, BN recalibrated on the calibration ones."""
-        for conv, bn, w, g in self._units(i, full):
-            z = at_least_float32(F.conv2d(cal, w, None, conv.stride, conv.padding, conv.dilation, g))  # D29
-            var, mean = torch.var_mean(z, dim=(0, 2, 3), correction=0)
-            n = z.numel() // z.shape[1]
-            o = w.shape[0]
-            # as one train-mode pass then eval: calibration images normalised by the biased variance,
-            # the evaluation images by the unbiased one that BatchNorm keeps as its running variance
-            cal = F.relu_(F.batch_norm(z, mean, var, bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps))
-            var_u = var * (n / (n - 1))
-            xs = [F.relu_(F.batch_norm(at_least_float32(F.conv2d(x, w, None, conv.stride, conv.padding, conv.dilation, g)),
-                                       mean, var_u, bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps)) for x in xs]
-        return cal, xs
-
-    def _residual_block(self, j: int, full: Sequence[int], cal: torch.Tensor,
-                        xs: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def _block(self, j: int, full: Sequence[int], cal: torch.Tensor,
+               xs: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Block j on the calibration activations, every BN normalising them with their own statistics and keeping
-        the unbiased variance, then on the evaluation activations with the kept statistics (`_edge`'s recalibration,
-        in execution order)."""
+        the unbiased variance, then on the evaluation activations with the kept statistics: one train-mode pass on
+        the calibration images, then eval mode (D22), in execution order."""
         net = self.model
         stats: list[tuple[torch.Tensor, torch.Tensor]] = []
 
@@ -104,12 +80,12 @@ class SubnetScorer:
             stats.append((mean, var * (n / (n - 1))))
             return _normalise(net, z, bn, mean, var, act)
 
-        cal = net._block(j, cal, full, calibrate)
+        cal = net._block(j, cal, Pass(full, calibrate))
         out = []
         for x in xs:
             kept = iter(stats)
-            out.append(net._block(j, x, full, lambda z, bn, node, act: _normalise(net, at_least_float32(z), bn,
-                                                                                  *next(kept), act)))
+            out.append(net._block(j, x, Pass(full, lambda z, bn, node, act: _normalise(
+                net, at_least_float32(z), bn, *next(kept), act))))
         return cal, out
 
     def _upto(self, start_edge: int) -> int:
@@ -120,7 +96,6 @@ class SubnetScorer:
     def _features(self, full: Sequence[int], upto: int) -> list[torch.Tensor]:
         """Evaluation activations entering the classifier at node widths `full`: resumed from the deepest cached state
         whose blocks' node widths are those of `full`; the states entering blocks 1..`upto` cached."""
-        step = self._edge if self.space.is_chain else self._residual_block
         key = tuple(int(c) for c in full)
         old = self._prefix_of
         valid = 0
@@ -134,21 +109,18 @@ class SubnetScorer:
         best = max(self._prefix, default=0)
         cal, xs = self._prefix[best] if best else (self.model._input(self.cal), self.x)
         for j in range(best, len(self._block_nodes)):
-            cal, xs = step(j, full, cal, xs)
+            cal, xs = self._block(j, full, cal, xs)
             if j < upto:
                 self._prefix[j + 1] = (cal, xs)
         return xs
 
     def _logits(self, channels: Sequence[int], start_edge: int) -> torch.Tensor:
         """Logits of the evaluation images, resumed from the cache (`_features`)."""
-        if not self.space.is_chain:
-            self.space.indices(channels)
+        self.space.indices(channels)
         full = self.space.full(channels)
         xs = self._features(full, self._upto(start_edge))
-        if self.space.is_chain:
-            clf = self.model.classifier
-            return torch.cat([F.linear(x.mean((2, 3)), clf.weight[:, : full[-2]], clf.bias) for x in xs])
-        return torch.cat([self.model._logits(x, full) for x in xs])
+        p = Pass(full, None)
+        return torch.cat([self.model._logits(x, p) for x in xs])
 
     @torch.inference_mode()
     def score(self, channels: Sequence[int], start_edge: int = 0) -> tuple[int, float]:
@@ -179,10 +151,10 @@ class SubnetScorer:
 
     def _score_batch(self, configs: Sequence[Sequence[int]]) -> torch.Tensor:
         """(K, 2) float64 (errors, summed CE) on the device: BN statistics of every group recorded on the calibration
-        images (biased variance normalises them, the unbiased one the evaluation images, as `_edge`), then applied."""
+        images (biased variance normalises them, the unbiased one the evaluation images, as `_block`), then applied."""
         for c in configs:
             self.space.indices(c)
-        dp = DevicePlan(prefix_plan(configs), self.cal.device)
+        dp = DevicePlan(prefix_plan(self.space, configs), self.cal.device)
         stats: list = []
         grouped_features(self.model, dp, as_sources(self.model, self.cal, 1), CALIBRATE, stats)
         K = len(configs)
@@ -199,9 +171,13 @@ class SubnetScorer:
 
 
 def _normalise(net, z: torch.Tensor, bn, mean: torch.Tensor, var: torch.Tensor, act: bool) -> torch.Tensor:
-    """BN of z's channels with the given statistics and the first affine parameters of `bn`, then the activation."""
+    """BN of z's channels with the given statistics and the first affine parameters of `bn`, then the space's
+    activation (in place: the normalised tensor is fresh)."""
     o = z.shape[1]
-    return net._act(F.batch_norm(z, mean, var, bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps), act)
+    y = F.batch_norm(z, mean, var, bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps)
+    if not act:
+        return y
+    return y.relu_() if net.space.act == "relu" else y.clamp_(0.0, 6.0)
 
 
 def _shared_prefixes(configs: Sequence[Sequence[int]]) -> list[int]:

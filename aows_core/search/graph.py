@@ -22,6 +22,7 @@ import numpy as np
 
 from ..space import SearchSpace
 from .chain import Chain
+from .viterbi import viterbi
 from .lagrangian import check_target
 from .marginals import Marginals, NodeMarginals
 from .results import DecodeResult, Hull
@@ -317,4 +318,17 @@ def space_latency_chain(space: SearchSpace, tables: Sequence[np.ndarray]) -> Cha
     return space_chain(space, [np.zeros(len(c)) for c in space.choices], tables)
 
 
-__all__ = ["MAX_ENTRIES", "MAX_STATES", "SpaceChain", "SpaceMarginals", "space_chain", "space_latency_chain"]
+def space_argmin(space: SearchSpace, unaries: Sequence[np.ndarray], pairwise: Sequence[np.ndarray]) -> np.ndarray:
+    """The exact argmin over the space's configurations of Σ u_n(c_n) + Σ_e P_e(c_src, c_dst) (untoleranced min-sum,
+    lexicographically smallest on ties; choice indices of nodes 0..n): `viterbi` on a chain, the compiled chain at
+    γ = 1 otherwise (D44). Each unary and table is padded (entries beyond a node's choices are ignored)."""
+    sizes = [len(c) for c in space.choices]
+    if space.is_chain:
+        return viterbi([u[:k] for u, k in zip(unaries, sizes)],
+                       [P[:sizes[i], :sizes[i + 1]] for i, P in enumerate(pairwise)])[0]
+    return SpaceChain(space.edges, [u[:k] for u, k in zip(unaries, sizes)],
+                      [P[: sizes[s], : sizes[d]] for P, (s, d) in zip(pairwise, space.edges)]).solve(1.0)
+
+
+__all__ = ["MAX_ENTRIES", "MAX_STATES", "SpaceChain", "SpaceMarginals", "space_argmin", "space_chain",
+           "space_latency_chain"]

@@ -40,11 +40,11 @@ def supernet_scorer(config: Mapping[str, Any], model_path: str | os.PathLike, sp
     from ..config import data_spec
     from ..data import check_dataset, first_images, load_splits
     from ..nets.scoring import SubnetScorer
-    from ..nets.family import supernet
+    from ..nets.supernet import Supernet
     from ..training.distributed import float_sum
 
     torch.set_num_threads(int(config["greedy"]["threads"]))
-    model = supernet(space, channels_last=bool(config["supernet"]["channels_last"]))
+    model = Supernet(space, channels_last=bool(config["supernet"]["channels_last"]))
     model.load_state_dict(artifacts.read_supernet_state(model_path, space))
     model.to(accel.device)
     splits = load_splits(data_spec(config))

@@ -30,13 +30,13 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from .. import artifacts
     from ..config import data_spec, space_from_config
     from ..data import test_batches
-    from ..nets.family import folded_state, network
+    from ..nets.network import Network, folded_state
     from ..nets.onnx import check_agreement, onnx_from_weights
 
     space = space_from_config(config)
     state = artifacts.read_network(inputs["model"], space)
     channels = [int(c) for c in state["channels"]]
-    net = network(space, channels, init=False)
+    net = Network(space, channels, init=False)
     net.load_state_dict(state["model"])
     net.eval()
 

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from ..config import resume_settings, settings_hash
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
+from ..artifacts.torchfiles import current_names
 from .accelerator import Accelerator
 from .distributed import Dist, average_buffers, bn_group, data_parallel, mean_over_ranks_tensor
 from .loop import Position, progress_bar, run_epochs
@@ -127,7 +128,7 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
 
     `seed` (default: the config's top-level seed) initialises the weights; the batches are the splits'."""
     from ..nets.batchnorm import synchronised
-    from ..nets.family import network
+    from ..nets.network import Network
     from ..nets.sandwich import defers, kept_buffers, restore_where, scaler_skip, step_unless
 
     rt = config["retrain"]
@@ -141,7 +142,7 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
     total, warmup = E * steps, int(round(float(rt["warmup_epochs"]) * steps))
 
     torch.manual_seed(seed)
-    model = network(space, channels).to(accel.device)
+    model = Network(space, channels).to(accel.device)
     if splits.spec.channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     scaler = accel.grad_scaler()
@@ -153,7 +154,7 @@ def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Seque
     acc = {"seconds": 0.0, "loss_sum": 0.0, "loss_n": 0, "t0": 0.0}
     state = load_resume(ckpt, rid)
     if state is not None:
-        model.load_state_dict(state["model"])
+        model.load_state_dict(current_names(state["model"], space, ckpt, "the retraining"))
         opt.load_state_dict(state["optimizer"])
         if scaler is not None and "scaler" in state:
             scaler.load_state_dict(state["scaler"])

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from ..artifacts import read_epoch_checkpoint, save_torch
+from ..artifacts import current_names, read_epoch_checkpoint, save_torch
 from ..config import data_spec, resume_settings, settings_hash, space_from_config
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
@@ -234,7 +234,7 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
            target: str | None, ddp: Dist) -> _Run:
     """Data, model, optimiser, unaries estimator, run id and this rank's shard."""
     from ..data import check_dataset, load_splits, shard_bounds
-    from ..nets.family import supernet
+    from ..nets.supernet import Supernet
     from ..search.sampler import TemperatureSchedule
     from ..search.unaries import EpochUnaries, WindowUnaries
 
@@ -250,7 +250,7 @@ def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, 
 
     accel = accelerator(config, ddp.device)  # fp16 with several processes is refused when the config is read
     torch.manual_seed(seed)
-    model = supernet(space, channels_last=bool(sn["channels_last"])).to(accel.device)
+    model = Supernet(space, channels_last=bool(sn["channels_last"])).to(accel.device)
     opt = torch.optim.SGD(model.parameters(), lr=sn["lr"], momentum=sn["momentum"], weight_decay=sn["weight_decay"],
                           nesterov=sn["momentum"] > 0)
     estimator = EpochUnaries(space) if method == "ows" else WindowUnaries(space, int(aw["window"]))
@@ -270,8 +270,8 @@ def _estimation_settings(sn: Mapping[str, Any], aw: Mapping[str, Any], epoch_ima
 
 
 def _restore(run: _Run, state: dict) -> None:
-    """Continue from a resume checkpoint of this run."""
-    run.model.load_state_dict(state["model"])
+    """Continue from a resume checkpoint of this run (one written before the one network path renamed, D45)."""
+    run.model.load_state_dict(current_names(state["model"], run.space, "the resume checkpoint", "the supernet training"))
     run.opt.load_state_dict(state["optimizer"])
     run.estimator.load_state_dict(state["unaries"])
     if run.sampler is not None and state.get("sampler"):
@@ -353,7 +353,7 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
     """One sandwich step at run.pos (§3, §5/§6 sampling), unaries and metrics updated; the bar's postfix."""
     from ..nets.batchnorm import synchronised
     from ..nets.sandwich import defers, sandwich_step
-    from ..nets.slimmable import widths_tensor
+    from ..nets.widths import widths_tensor
     from ..search.sampler import uniform_layer_indices
     from .distributed import DeferredUnaries
 

@@ -13,7 +13,7 @@ from aows_core.devices import DEVICES, Device, get_device
 from aows_core.devices.flops import edge_macs, network_macs, variable_macs
 from aows_core.devices.onnxruntime import GraphFactory
 from aows_core.devices.torch_cuda import TorchCUDA
-from aows_core.nets.mobilenet import MobileNetV1, fold_bn, folded_state
+from aows_core.nets.network import Network, fold, folded_state
 from aows_core.nets.onnx import onnx_from_weights, param_shapes
 from aows_core.space import get_space
 
@@ -55,7 +55,7 @@ def test_flops_match_flop_counter(space):
     configs = [space.min_config, space.max_config] + [random_config(space, rng) for _ in range(4)]
     dev = get_device({"backend": "flops", "batch_size": 2}, space, 0)
     for cfg in configs:
-        m = MobileNetV1(space, cfg, init=False, device="meta").eval()
+        m = Network(space, cfg, init=False, device="meta").eval()
         with FlopCounterMode(display=False) as fc:
             m(torch.empty(2, space.in_channels, *space.resolution, device="meta"))
         macs = network_macs(space, cfg)
@@ -88,7 +88,7 @@ def test_onnx_graph_matches_torch(seed):
 
     rng = np.random.default_rng(seed)
     cfg = random_config(FMNIST, rng)
-    m = MobileNetV1(FMNIST, cfg)
+    m = Network(FMNIST, cfg)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for mod in m.modules():
@@ -96,7 +96,7 @@ def test_onnx_graph_matches_torch(seed):
                 mod.running_mean.copy_(torch.randn(mod.num_features, generator=g) * 0.1)
                 mod.running_var.copy_(torch.rand(mod.num_features, generator=g) + 0.5)
                 mod.weight.copy_(torch.rand(mod.num_features, generator=g) + 0.5)
-    folded = fold_bn(m)
+    folded = fold(m)
     proto = onnx_from_weights(FMNIST, cfg, folded_state(m))
     onnx.checker.check_model(proto)
     x = torch.randn(3, 1, 28, 28, generator=g)
@@ -249,14 +249,12 @@ def test_synthetic_mostly_monotone_in_width():
     assert ok / total > 0.9
 
 
-def test_a_residual_space_is_named_in_the_timed_form():
-    """The fingerprint's form names what is timed: MobileNet-v1's label unchanged, a residual space's its own (D44)."""
-    from aows_core.devices.base import network_form
+def test_every_space_is_timed_in_one_form():
+    """One network path (D45): the fingerprint's form names how a network is timed, the same for every space."""
     from aows_core.devices.torch_cpu import TIMING_FORM
     from aows_core.space import get_space
 
-    assert network_form(TIMING_FORM, get_space("mobilenet_v1_fmnist")) == TIMING_FORM
-    form = network_form(TIMING_FORM, get_space("resnet_fmnist"))
-    assert form.startswith("residual-deploy") and "mobilenet" not in form
-    dev = get_device({"backend": "torch-cpu", "batch_size": 1, "threads": 1}, get_space("resnet_fmnist", n_choices=2))
-    assert dev.fingerprint()["form"] == form
+    forms = {get_device({"backend": "torch-cpu", "batch_size": 1, "threads": 1}, get_space(p, n_choices=2))
+             .fingerprint()["form"] for p in ("mobilenet_v1_fmnist", "resnet_fmnist", "mobilenet_v2_fmnist")}
+    assert forms == {TIMING_FORM} and "mobilenet" not in TIMING_FORM
+

@@ -1,4 +1,4 @@
-"""Residual spaces and helpers shared by the residual-network tests (D44)."""
+"""Spaces of every preset family and helpers shared by the network tests (one network path, D44, D45)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ TINY_BOTTLENECK = build_space(
      Stage("bottleneck", 64, 2, 2)],
     resolution=16, in_channels=3, num_classes=5, n_choices=4,
 )
-FAMILIES = {"mobilenet_v2_fmnist": get_space("mobilenet_v2_fmnist"), "resnet_fmnist": get_space("resnet_fmnist"),
-            "tiny_bottleneck": TINY_BOTTLENECK}
+FAMILIES = {"mobilenet_v1_fmnist": get_space("mobilenet_v1_fmnist"), "mobilenet_v2_fmnist": get_space("mobilenet_v2_fmnist"),
+            "resnet_fmnist": get_space("resnet_fmnist"), "tiny_bottleneck": TINY_BOTTLENECK}
 
 
 def random_configs(space, n: int, seed: int = 0) -> list[list[int]]:

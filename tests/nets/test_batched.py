@@ -20,7 +20,7 @@ from aows_core.nets import batched as B
 from aows_core.nets import estimation
 from aows_core.nets.estimation import batched_differences, estimate_differences, frozen_differences
 from aows_core.nets.scoring import SubnetScorer
-from aows_core.nets.slimmable import SlimmableMobileNetV1
+from aows_core.nets.supernet import Supernet
 from aows_core.search.baselines import greedy_search
 from aows_core.space import DEFAULT_PRESET, get_space
 
@@ -74,7 +74,8 @@ def images(space):
 def test_prefix_plan_runs_each_distinct_prefix_once(space):
     cfgs = random_configs(space, 9)
     sources = [0, 1, 0, 0, 0, 1, 1, 0, 1]
-    plan = B.prefix_plan(cfgs, sources)
+    plan = B.prefix_plan(space, cfgs, sources)
+    assert plan.nodes == tuple((1,) if j == 0 else (j, j + 1) for j in range(space.n_layers))  # a chain's blocks
     for e in range(space.n_layers):
         distinct = {(s, *c[: e + 1]) for s, c in zip(sources, cfgs)}
         assert len(plan.widths[e]) == len(distinct)
@@ -82,16 +83,16 @@ def test_prefix_plan_runs_each_distinct_prefix_once(space):
     for k, (s, c) in enumerate(zip(sources, cfgs)):
         g, back = plan.last[k], []
         for e in reversed(range(space.n_layers)):
-            back.append(int(plan.widths[e][g]))
+            back.append(int(plan.widths[e][g, -1]))
             g = plan.parents[e][g]
         assert back[::-1] == c and g == s
     assert plan.last[4] == plan.last[0]  # the duplicate runs once
 
 
 def test_masked_channels_are_exact_zeros(space, images):
-    net = randomise(SlimmableMobileNetV1(space))
+    net = randomise(Supernet(space))
     cfgs = random_configs(space, 5, seed=3, shared=False)
-    dp = B.DevicePlan(B.prefix_plan(cfgs), torch.device("cpu"))
+    dp = B.DevicePlan(B.prefix_plan(space, cfgs), torch.device("cpu"))
     with torch.no_grad():
         x5 = B.grouped_features(net, dp, B.as_sources(net, images[0][:8], 1), B.TRAIN, [])[dp.last]
     for k, c in enumerate(cfgs):
@@ -102,7 +103,7 @@ def test_masked_channels_are_exact_zeros(space, images):
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_batched_estimation_equals_sliced(space, images, channels_last):
     x, y = images
-    net = randomise(SlimmableMobileNetV1(space, channels_last=channels_last))
+    net = randomise(Supernet(space, channels_last=channels_last))
     cfgs = random_configs(space, 12)
     ref = frozen_differences(net, x, y, cfgs, 16)
     assert np.abs(ref).max() > 0.1  # differences of a real size, so atol 1e-4 tests something
@@ -117,7 +118,7 @@ def test_batched_estimation_equals_sliced(space, images, channels_last):
 
 def test_estimation_float64_is_tight_and_leaves_running_statistics(small, images):
     x, y = images
-    net = randomise(SlimmableMobileNetV1(small)).double().eval()
+    net = randomise(Supernet(small)).double().eval()
     before = {k: v.clone() for k, v in net.state_dict().items()}
     cfgs = random_configs(small, 8, seed=5)
     ref = frozen_differences(net, x.double(), y, cfgs, 32)
@@ -131,7 +132,7 @@ def test_estimation_float64_is_tight_and_leaves_running_statistics(small, images
 
 def test_estimate_differences_chooses_by_device(space, images, monkeypatch):
     x, y = images
-    net = randomise(SlimmableMobileNetV1(space))
+    net = randomise(Supernet(space))
     cfgs = random_configs(space, 6)
     called = []
     for name in ("frozen_differences", "batched_differences"):
@@ -152,7 +153,7 @@ def _scorer(net, x, y, **kw):
 def test_score_many_equals_one_at_a_time(space, small, images, dtype, tol):
     x, y = images
     space = space if dtype == torch.float32 else small
-    net = randomise(SlimmableMobileNetV1(space, channels_last=True)).to(dtype)
+    net = randomise(Supernet(space, channels_last=True)).to(dtype)
     x = x.to(dtype)
     cfgs = random_configs(space, 10, seed=7)
     one = [_scorer(net, x, y).score(c) for c in cfgs]
@@ -168,7 +169,7 @@ def test_score_many_reduces_once_per_call(small, images):
     """One host copy and one sum over the processes (D30) per call, however many configurations: shares of the
     evaluation images sum to the whole score."""
     x, y = images
-    net = randomise(SlimmableMobileNetV1(small)).double()
+    net = randomise(Supernet(small)).double()
     x = x.double()
     cfgs = random_configs(small, 6, seed=9)
     calls = []
@@ -190,7 +191,7 @@ def test_score_many_reduces_once_per_call(small, images):
 def test_greedy_trajectory_batched_equals_one_at_a_time():
     space = get_space(DEFAULT_PRESET, n_choices=2, width_mult=0.25, resolution=8)
     torch.manual_seed(0)
-    net = randomise(SlimmableMobileNetV1(space), seed=2).double()  # float64: ties compared exactly
+    net = randomise(Supernet(space), seed=2).double()  # float64: ties compared exactly
     g = torch.Generator().manual_seed(2)
     cal, x = (torch.randn(n, 1, 8, 8, generator=g, dtype=torch.float64) for n in (24, 40))
     y = torch.randint(0, 10, (40,), generator=g)
@@ -202,11 +203,35 @@ def test_greedy_trajectory_batched_equals_one_at_a_time():
     assert many[-1]["channels"] == space.min_config and len({r["errors"] for r in one}) > 1
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("family", ["mobilenet_v2", "resnet"])
+def test_every_family_batched_equals_sliced(family):
+    """Residual spaces (tied streams, inner widths, adds, projections; D44) through the batched passes, float64:
+    the estimation differences, the recalibrated scores and greedy's trajectory equal the sliced ones."""
+    space = get_space(f"{family}_fmnist", n_choices=3, width_mult=0.5)
+    torch.manual_seed(0)
+    net = randomise(Supernet(space), seed=4).double()
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(48, 1, 28, 28, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 10, (48,), generator=g)
+    cfgs = random_configs(space, 8, seed=2)
+    ref = frozen_differences(net, x, y, cfgs, 16)
+    assert np.abs(ref).max() > 0.05
+    np.testing.assert_allclose(batched_differences(net, x, y, cfgs, 16, per_pass=3), ref, rtol=0, atol=1e-10)
+    one = [_scorer(net, x, y).score(c) for c in cfgs]
+    many = _scorer(net, x, y, batched=True, per_pass=3).score_many(cfgs)
+    assert [e for e, _ in many] == [e for e, _ in one] and len({e for e, _ in one}) > 1
+    np.testing.assert_allclose([ce for _, ce in many], [ce for _, ce in one], rtol=1e-10)
+    cal, xe, ye = x[:16], x[16:], y[16:]
+    a = greedy_search(SubnetScorer(net, cal, xe, ye, batch_size=16))
+    b = greedy_search(SubnetScorer(net, cal, xe, ye, batch_size=16, batched=True))
+    assert [r["channels"] for r in b] == [r["channels"] for r in a]
+
+
+@pytest.mark.cuda
 def test_cuda_batched_is_chosen_equal_and_waits_once(space, images):
     """On CUDA the batched path is the default, equals the sliced one, and waits for the GPU at most once per chunk."""
     x, y = (t.cuda() for t in images)
-    net = randomise(SlimmableMobileNetV1(space, channels_last=True)).cuda()
+    net = randomise(Supernet(space, channels_last=True)).cuda()
     cfgs = random_configs(space, 12)
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     ref = frozen_differences(net, x, y, cfgs, 16)

@@ -1,4 +1,4 @@
-"""Fixed-width MobileNet-v1, BN folding and the cheap timing form (models.py)."""
+"""The fixed-width network of a MobileNet-v1 space, BN folding and the cheap timing form (nets.network)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from aows_core.nets.mobilenet import MobileNetV1, TimingFactory, fold_bn, folded_state, timing_model
+from aows_core.nets.network import Network, TimingFactory, fold, folded_state
+
 from aows_core.space import get_space
 
 FMNIST = get_space("mobilenet_v1_fmnist")
@@ -38,10 +39,10 @@ def expected_shapes(space, channels):
     for i, t in enumerate(space.thetas):
         ci, co, k = full[i], full[i + 1], t.kernel
         if t.kind == "conv":
-            shapes[f"features.{i}.0.weight"], shapes[f"features.{i}.0.bias"] = (co, ci, k, k), (co,)
+            shapes[f"layers.{i}.conv.weight"], shapes[f"layers.{i}.conv.bias"] = (co, ci, k, k), (co,)
         elif t.kind == "dwsep":
-            shapes[f"features.{i}.0.weight"], shapes[f"features.{i}.0.bias"] = (ci, 1, k, k), (ci,)
-            shapes[f"features.{i}.2.weight"], shapes[f"features.{i}.2.bias"] = (co, ci, 1, 1), (co,)
+            shapes[f"layers.{i}.0.conv.weight"], shapes[f"layers.{i}.0.conv.bias"] = (ci, 1, k, k), (ci,)
+            shapes[f"layers.{i}.1.conv.weight"], shapes[f"layers.{i}.1.conv.bias"] = (co, ci, 1, 1), (co,)
         else:
             shapes["classifier.weight"], shapes["classifier.bias"] = (co, ci), (co,)
     return shapes
@@ -51,7 +52,7 @@ def expected_shapes(space, channels):
 def test_output_shape_random_configs(seed):
     rng = np.random.default_rng(seed)
     cfg = random_config(FMNIST, rng)
-    m = MobileNetV1(FMNIST, cfg)
+    m = Network(FMNIST, cfg)
     with torch.no_grad():
         out = m(torch.randn(2, 1, 28, 28))
     assert out.shape == (2, 10)
@@ -64,11 +65,11 @@ def test_output_shape_random_configs(seed):
 
 def test_imagenet_preset_shapes():
     cfg = random_config(IMAGENET, np.random.default_rng(0))
-    m = MobileNetV1(IMAGENET, cfg, init=False, device="meta")
+    m = Network(IMAGENET, cfg, init=False, device="meta")
     assert m(torch.empty(2, 3, 224, 224, device="meta")).shape == (2, 1000)
     # spatial sizes follow Θ.out_hw at every edge
     x = torch.empty(1, 3, 224, 224, device="meta")
-    for i, edge in enumerate(m.features):
+    for i, edge in enumerate(m.layers):
         x = edge(x)
         assert tuple(x.shape[2:]) == IMAGENET.thetas[i].out_hw()
         assert x.shape[1] == IMAGENET.full(cfg)[i + 1]
@@ -76,17 +77,17 @@ def test_imagenet_preset_shapes():
 
 def test_extreme_configs_forward():
     for cfg in (FMNIST.min_config, FMNIST.max_config):
-        assert MobileNetV1(FMNIST, cfg).eval()(torch.zeros(1, 1, 28, 28)).shape == (1, 10)
+        assert Network(FMNIST, cfg).eval()(torch.zeros(1, 1, 28, 28)).shape == (1, 10)
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_fold_bn_matches_eval_model(seed):
     rng = np.random.default_rng(100 + seed)
     cfg = random_config(FMNIST, rng)
-    m = MobileNetV1(FMNIST, cfg)
+    m = Network(FMNIST, cfg)
     perturb_bn(m, seed)
     m.train()  # folding must use the running statistics whatever the mode
-    f = fold_bn(m)
+    f = fold(m)
     assert not f.training
     assert not any(isinstance(x, nn.BatchNorm2d) for x in f.modules())
     assert all(c.bias is not None for c in f.modules() if isinstance(c, nn.Conv2d))
@@ -101,14 +102,14 @@ def test_fold_bn_matches_eval_model(seed):
 
 def test_fold_bn_state_names_and_shapes():
     cfg = random_config(FMNIST, np.random.default_rng(7))
-    state = folded_state(MobileNetV1(FMNIST, cfg))
+    state = folded_state(Network(FMNIST, cfg))
     assert {k: tuple(v.shape) for k, v in state.items()} == expected_shapes(FMNIST, cfg)
 
 
 @pytest.mark.parametrize("space", [FMNIST, IMAGENET], ids=["fmnist", "imagenet"])
 def test_timing_model_shapes_and_values(space):
     cfg = random_config(space, np.random.default_rng(3))
-    t = timing_model(space, cfg)
+    t = TimingFactory(space)(cfg)
     assert not t.bn and not t.training
     got = {k: tuple(v.shape) for k, v in t.state_dict().items()}
     assert got == expected_shapes(space, cfg)
@@ -126,7 +127,7 @@ def test_timing_model_cached_and_runs():
     fac = TimingFactory(FMNIST, seed=1)
     cfg = random_config(FMNIST, np.random.default_rng(4))
     a, b = fac(cfg), fac(cfg)
-    assert a.features[3] is b.features[3]
+    assert a.layers[3] is b.layers[3]
     with torch.inference_mode():
         y = a(torch.randn(2, 1, 28, 28))
     assert y.shape == (2, 10) and torch.isfinite(y).all()
@@ -135,7 +136,7 @@ def test_timing_model_cached_and_runs():
 def test_timing_model_channels_last():
     fac = TimingFactory(FMNIST, channels_last=True)
     m = fac(FMNIST.max_config)
-    w = m.features[1][2].weight
+    w = m.layers[1][1].conv.weight
     assert w.is_contiguous(memory_format=torch.channels_last)
     x = torch.randn(1, 1, 28, 28).contiguous(memory_format=torch.channels_last)
     with torch.inference_mode():
@@ -146,8 +147,8 @@ def test_config_outside_space_names_layer():
     cfg = list(FMNIST.min_config)
     cfg[3] = 13
     with pytest.raises(ValueError, match=r"layer 3.*allowed widths"):
-        MobileNetV1(FMNIST, cfg)
+        Network(FMNIST, cfg)
     with pytest.raises(ValueError, match=r"layer 3"):
-        timing_model(FMNIST, cfg)
+        TimingFactory(FMNIST)(cfg)
     with pytest.raises(ValueError, match="searchable layers"):
-        MobileNetV1(FMNIST, cfg[:-1])
+        Network(FMNIST, cfg[:-1])

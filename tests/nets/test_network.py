@@ -1,4 +1,5 @@
-"""Fixed-width residual networks (D44): torchvision-faithful at the base widths, BN folding, timing factory, ONNX."""
+"""Fixed-width networks of every space (D44, D45): torchvision-faithful at the base widths, BN folding, timing
+factory, ONNX, and MobileNet-v1 files of the earlier layout."""
 
 from __future__ import annotations
 
@@ -8,13 +9,12 @@ import torch
 import torchvision
 from torch import nn
 
-from aows_core.nets.family import fold, folded_state, network, supernet, timing_factory
-from aows_core.nets.mobilenet import MobileNetV1, TimingFactory
+from aows_core.artifacts import ArtifactError, current_names
+from aows_core.nets.network import Network, TimingFactory, fold, folded_state
 from aows_core.nets.onnx import check_agreement, onnx_from_weights, param_shapes
-from aows_core.nets.residual import ResidualNet, ResidualTimingFactory, SlimmableResidualNet
-from aows_core.nets.slimmable import SlimmableMobileNetV1
+from aows_core.nets.supernet import Supernet
 from aows_core.space import get_space
-from residual_cases import FAMILIES, images, random_configs, randomise
+from net_cases import FAMILIES, images, random_configs, randomise
 
 torch.set_num_threads(1)
 
@@ -57,7 +57,7 @@ def test_macs_params_and_layers_equal_torchvision(preset, classes):
     (on the meta device: shapes only, at 224×224)."""
     space = get_space(preset, num_classes=classes)
     with torch.device("meta"):
-        ours = ResidualNet(space, space.base_config)
+        ours = Network(space, space.base_config)
         ref = TORCHVISION[preset](num_classes=classes)
     x = torch.empty(1, 3, 224, 224, device="meta")
     got, want = counted(ours, x), counted(ref, x)
@@ -71,7 +71,7 @@ def test_torchvision_weights_give_torchvision_outputs(preset):
     """The network's state dict, taken in order, loads into torchvision's (same tensors, same shapes) and both compute
     the same logits in eval mode: same strides, paddings, activations, residual adds and pooling."""
     space = get_space(preset)
-    ours = randomise(ResidualNet(space, space.base_config), seed=3).eval()
+    ours = randomise(Network(space, space.base_config), seed=3).eval()
     ref = TORCHVISION[preset]().eval()
     mine, theirs = ours.state_dict(), ref.state_dict()
     assert [v.shape for v in mine.values()] == [v.shape for v in theirs.values()]
@@ -86,13 +86,13 @@ def test_torchvision_weights_give_torchvision_outputs(preset):
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_folded_deployment_form(family):
     """fold: the deployment form (BN folded into conv biases) computes the eval-mode logits, with the parameter
-    names and shapes of ResidualNet(bn=False); folded_state's order is param_shapes' (the ONNX graph order)."""
+    names and shapes of Network(bn=False); folded_state's order is param_shapes' (the ONNX graph order)."""
     space = FAMILIES[family]
     x = images(space, 4)
     for ch in random_configs(space, 3, seed=5):
-        net = randomise(ResidualNet(space, ch)).eval()
+        net = randomise(Network(space, ch)).eval()
         state = folded_state(net)
-        ref = ResidualNet(space, ch, bn=False, init=False, device="meta").state_dict()
+        ref = Network(space, ch, bn=False, init=False, device="meta").state_dict()
         assert {k: v.shape for k, v in state.items()} == {k: v.shape for k, v in ref.items()}
         assert [(k, tuple(v.shape)) for k, v in state.items()] == param_shapes(space, ch)
         with torch.no_grad():
@@ -106,9 +106,9 @@ def test_onnx_graph_agrees_with_torch(family):
     weights (the onnxruntime device's graph pieces), computes the torch logits in ONNX Runtime."""
     space = FAMILIES[family]
     x = images(space, 3, seed=2)
-    fac = ResidualTimingFactory(space)
+    fac = TimingFactory(space)
     for ch in random_configs(space, 3, seed=6):
-        net = randomise(ResidualNet(space, ch)).eval()
+        net = randomise(Network(space, ch)).eval()
         proto = onnx_from_weights(space, ch, folded_state(net), batch=None)
         onnx.checker.check_model(proto)
         err, agree = check_agreement(proto, net, x, rtol=1e-4, atol=1e-5)
@@ -120,18 +120,17 @@ def test_onnx_graph_agrees_with_torch(family):
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_timing_factory_builds_the_deployment_form(family, channels_last):
-    """The timing factory's network of a configuration is ResidualNet(bn=False) in structure (module types and
+    """The timing factory's network of a configuration is Network(bn=False) in structure (module types and
     parameter names and shapes), in eval mode, with weights that share no memory, and computes what that network
     computes with the same weights."""
     space = FAMILIES[family]
-    fac = timing_factory(space, seed=1, channels_last=channels_last).prebuild()
-    assert isinstance(fac, ResidualTimingFactory)
+    fac = TimingFactory(space, seed=1, channels_last=channels_last).prebuild()
     x = images(space, 2)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     for ch in random_configs(space, 4, seed=7):
         net = fac(ch)
-        ref = ResidualNet(space, ch, bn=False, init=False)
+        ref = Network(space, ch, bn=False, init=False)
         assert not net.training and net.channels == ch
         assert [(n, type(m)) for n, m in net.named_modules()] == [(n, type(m)) for n, m in ref.named_modules()]
         state = net.state_dict()
@@ -144,13 +143,37 @@ def test_timing_factory_builds_the_deployment_form(family, channels_last):
     assert fac(space.max_config).layers[0] is fac(space.max_config).layers[0]  # edges are cached
 
 
-def test_dispatch_by_space():
-    """nets.family: MobileNet-v1 classes for a chain, the residual ones otherwise."""
-    chain, res = get_space("mobilenet_v1_fmnist"), FAMILIES["resnet_fmnist"]
-    assert type(network(chain, chain.min_config)) is MobileNetV1
-    assert type(network(res, res.min_config, bn=False)) is ResidualNet
-    assert type(supernet(chain)) is SlimmableMobileNetV1 and type(supernet(res)) is SlimmableResidualNet
-    assert type(timing_factory(chain)) is TimingFactory
-    net = network(chain, chain.min_config)
-    assert set(folded_state(net)) == set(MobileNetV1(chain, chain.min_config, bn=False).state_dict())
-    assert type(fold(net)) is MobileNetV1
+def legacy_chain_names(space, state):
+    """A MobileNet-v1 state dict renamed as the earlier layout wrote it (an independent statement of that layout):
+    edge i an nn.Sequential of conv, BN, ReLU (conv) or conv, BN, ReLU, conv, BN, ReLU (dwsep)."""
+    out = {}
+    for k, v in state.items():
+        parts = k.split(".")
+        if parts[0] != "layers":
+            out[k] = v
+            continue
+        i = parts[1]
+        if space.thetas[int(i)].kind == "conv":  # layers.i.{conv,bn}.p → features.i.{0,1}.p
+            j, p = {"conv": 0, "bn": 1}[parts[2]], parts[3]
+        else:  # layers.i.{0,1}.{conv,bn}.p → features.i.{0,1,3,4}.p
+            j, p = 3 * int(parts[2]) + {"conv": 0, "bn": 1}[parts[3]], parts[4]
+        out[f"features.{i}.{j}.{p}"] = v
+    return out
+
+
+def test_earlier_mobilenet_v1_files_load_through_the_name_map():
+    """A supernet or retrained network saved before the one network path (features.{i}.{j}) loads into today's
+    classes with the same tensors; a file whose edges do not map is refused naming the stage to rerun."""
+    space = get_space("mobilenet_v1_fmnist")
+    sup = randomise(Supernet(space))
+    old = legacy_chain_names(space, sup.state_dict())
+    assert any(k.startswith("features.13.4.") for k in old)
+    new = current_names(old, space, "model.pt", "the supernet training")
+    assert list(new) == list(sup.state_dict()) and all(torch.equal(new[k], v) for k, v in sup.state_dict().items())
+    ch = space.min_config
+    net = Network(space, ch)
+    net.load_state_dict(current_names(legacy_chain_names(space, net.state_dict()), space, "model.pt", "retraining"))
+    broken = {k: v for k, v in old.items() if not k.startswith("features.3.4.")}
+    with pytest.raises(ArtifactError, match="rerun the supernet training"):
+        current_names(broken, space, "model.pt", "the supernet training")
+    assert current_names(sup.state_dict(), space, "model.pt", "x") is not None  # today's names pass unchanged

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from aows_core.nets.sandwich import NonFiniteLoss, sandwich_step, step_unless
-from aows_core.nets.slimmable import DeviceWidths, SlimmableMobileNetV1, place_widths, widths_tensor
+from aows_core.nets.widths import DeviceWidths, place_widths, widths_tensor
+from aows_core.nets.supernet import Supernet
 from aows_core.space import mobilenet_v1_space
 
 torch.set_num_threads(1)
@@ -45,7 +46,7 @@ def _batches(space, steps, B=8, R=2, seed=0):
 def _pair(space, seed=0, channels_last=False):
     """Two identical supernets, each with its own Nesterov SGD with weight decay (the supernet stage's)."""
     torch.manual_seed(seed)
-    a = SlimmableMobileNetV1(space, channels_last=channels_last)
+    a = Supernet(space, channels_last=channels_last)
     b = copy.deepcopy(a)
     opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=4e-5, nesterov=True) for m in (a, b)]
     return (a, opts[0]), (b, opts[1])
@@ -143,7 +144,7 @@ def test_an_fp16_scaler_skips_a_nonfinite_step_instead_of_raising(space, defer):
 def test_placed_widths_mask_exactly_like_host_widths(space):
     """place_widths: the per-layer range is read on the host once; the masked pass computes the same logits."""
     torch.manual_seed(0)
-    m = SlimmableMobileNetV1(space).train()
+    m = Supernet(space).train()
     x = torch.randn(6, 3, 16, 16)
     w = widths_tensor(space, _idx(space, 12, 4)).reshape(2, 6, space.n_layers)
     placed = place_widths(w, "cpu")
@@ -162,7 +163,7 @@ def test_a_cuda_step_reads_nothing_back():
     one): widths placed once, losses and the non-finite flag on the device, the record copied without waiting."""
     space = mobilenet_v1_space("small", resolution=16, in_channels=3, num_classes=5, width_mult=0.25, n_choices=4)
     torch.manual_seed(0)
-    m = SlimmableMobileNetV1(space).cuda()
+    m = Supernet(space).cuda()
     opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, nesterov=True)
     (x, y, w), (x2, y2, w2) = _batches(space, 2)
     sandwich_step(m, x.cuda(), y.cuda(), w, opt, 2)  # warm-up: lazy initialisation may synchronise
@@ -181,7 +182,7 @@ def test_a_cuda_nonfinite_step_is_undone_on_the_device():
     """The CUDA path: a NaN batch leaves the weights as they were and raises when its record is read."""
     space = mobilenet_v1_space("small", resolution=16, in_channels=3, num_classes=5, width_mult=0.25, n_choices=4)
     torch.manual_seed(0)
-    m = SlimmableMobileNetV1(space).cuda()
+    m = Supernet(space).cuda()
     opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, nesterov=True)
     (x, y, w), (x2, y2, w2) = _batches(space, 2)
     sandwich_step(m, x.cuda(), y.cuda(), w, opt, 2)

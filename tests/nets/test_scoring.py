@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from aows_core.nets.residual import SlimmableResidualNet
+from aows_core.nets.supernet import Supernet
 from aows_core.nets.scoring import SubnetScorer, _shared_prefixes
-from aows_core.nets.slimmable import SlimmableMobileNetV1
+from aows_core.nets.supernet import Supernet
 from aows_core.search.baselines import greedy_search
 from aows_core.space import get_space
-from residual_cases import images, randomise
+from net_cases import images, randomise
 
 torch.set_num_threads(1)
 
@@ -27,7 +27,7 @@ SPACES = {
 def supernet(name: str):
     torch.manual_seed(0)
     space = SPACES[name]()
-    net = SlimmableMobileNetV1(space) if space.is_chain else SlimmableResidualNet(space)
+    net = Supernet(space)
     return randomise(net)
 
 
@@ -60,7 +60,7 @@ class Fresh:
 def count_blocks(s: SubnetScorer) -> list[int]:
     """Wrap the scorer's per-block step to count the blocks it runs."""
     n = [0]
-    name = "_edge" if s.space.is_chain else "_residual_block"
+    name = "_block"
     step = getattr(s, name)
 
     def counted(*a, **k):

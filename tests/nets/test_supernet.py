@@ -8,10 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aows_core.nets.mobilenet import MobileNetV1
+from aows_core.nets.network import Network
 from aows_core.nets.sandwich import NonFiniteLoss, sandwich_step
 from aows_core.nets.batchnorm import MaskedBatchNorm
-from aows_core.nets.slimmable import SlimmableMobileNetV1, widths_tensor
+from aows_core.nets.supernet import Supernet
+from aows_core.nets.widths import widths_tensor
 from aows_core.space import get_space, mobilenet_v1_space
 
 torch.set_num_threads(1)
@@ -46,27 +47,27 @@ def random_idx(space, B, seed=0):
 
 
 def fixed(space, model, channels, train=False):
-    net = MobileNetV1(space, channels, init=False)
+    net = Network(space, channels, init=False)
     net.load_state_dict(model.subnet_state_dict(channels))
     return net.train(train)
 
 
 def test_state_dict_is_the_max_network(space):
-    sup = SlimmableMobileNetV1(space)
-    ref = MobileNetV1(space, space.max_config).state_dict()
+    sup = Supernet(space)
+    ref = Network(space, space.max_config).state_dict()
     own = sup.state_dict()
     assert list(own) == list(ref)
     assert all(own[k].shape == ref[k].shape for k in ref)
-    MobileNetV1(space, space.max_config).load_state_dict(own)
+    Network(space, space.max_config).load_state_dict(own)
     ch = space.min_config
     sub = sup.subnet_state_dict(ch)
-    want = MobileNetV1(space, ch).state_dict()
+    want = Network(space, ch).state_dict()
     assert {k: v.shape for k, v in sub.items()} == {k: v.shape for k, v in want.items()}
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_masked_eval_equals_fixed_networks(space, channels_last):
-    sup = randomise(SlimmableMobileNetV1(space, channels_last=channels_last)).eval()
+    sup = randomise(Supernet(space, channels_last=channels_last)).eval()
     B = 8
     idx = random_idx(space, B)
     w = widths_tensor(space, idx)
@@ -84,7 +85,7 @@ def test_masked_eval_equals_fixed_networks(space, channels_last):
 
 @pytest.mark.parametrize("train", [False, True])
 def test_truncation_to_the_batch_max_width_is_exact(space, train):
-    sup = randomise(SlimmableMobileNetV1(space)).train(train).double()
+    sup = randomise(Supernet(space)).train(train).double()
     idx = np.minimum(random_idx(space, 6, seed=9)[1:], 1)  # no max configuration: every layer is truncated
     w = widths_tensor(space, idx)
     x = torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(10), dtype=torch.double)
@@ -102,7 +103,7 @@ def test_truncation_to_the_batch_max_width_is_exact(space, train):
 def test_masked_eval_default_space_dwsep_shift():
     """docs/method.md D10 on the default preset: masking only at block ends would leak the depthwise BN shift."""
     sp = get_space("mobilenet_v1_fmnist")
-    sup = randomise(SlimmableMobileNetV1(sp), seed=3).eval()
+    sup = randomise(Supernet(sp), seed=3).eval()
     idx = random_idx(sp, 3, seed=2)
     w = widths_tensor(sp, idx)
     x = torch.randn(3, 1, 28, 28, generator=torch.Generator().manual_seed(4))
@@ -114,7 +115,7 @@ def test_masked_eval_default_space_dwsep_shift():
 
 
 def test_sliced_train_mode_equals_fixed_network_and_gradients(space):
-    sup = randomise(SlimmableMobileNetV1(space)).train()
+    sup = randomise(Supernet(space)).train()
     ch = space.channels_of(np.r_[0, random_idx(space, 3, seed=5)[2], 0])
     x = torch.randn(6, 3, 16, 16, generator=torch.Generator().manual_seed(6))
     net = fixed(space, sup, ch, train=True)
@@ -130,16 +131,16 @@ def test_sliced_train_mode_equals_fixed_network_and_gradients(space):
 
 
 def test_sliced_running_stats(space):
-    sup = SlimmableMobileNetV1(space).train()
+    sup = Supernet(space).train()
     x = torch.randn(8, 3, 16, 16)
     before = copy.deepcopy(sup.state_dict())
     sup.forward_sliced(x, space.min_config)  # a smaller configuration leaves running statistics alone
     assert all(torch.equal(before[k], v) for k, v in sup.state_dict().items())
     sup.forward_sliced(x, space.min_config, update_stats=True)
-    bn = sup.features[1][4]  # pointwise BN of edge 1 (output node 2)
+    bn = sup.layers[1][1].bn  # pointwise BN of edge 1 (output node 2)
     c = space.min_config[1]
-    assert not torch.equal(bn.running_mean[:c], before["features.1.4.running_mean"][:c])
-    assert torch.equal(bn.running_mean[c:], before["features.1.4.running_mean"][c:])
+    assert not torch.equal(bn.running_mean[:c], before["layers.1.1.bn.running_mean"][:c])
+    assert torch.equal(bn.running_mean[c:], before["layers.1.1.bn.running_mean"][c:])
 
 
 def test_masked_train_uniform_batch_equals_sliced(space):
@@ -148,7 +149,7 @@ def test_masked_train_uniform_batch_equals_sliced(space):
     In float64: with 1×1 feature maps and a few samples, float32 train-mode BN is ill-conditioned for
     both implementations alike, which would hide the semantics being tested.
     """
-    sup = randomise(SlimmableMobileNetV1(space)).train().double()
+    sup = randomise(Supernet(space)).train().double()
     ch = space.channels_of(np.r_[0, random_idx(space, 3, seed=7)[2], 0])
     x = torch.randn(6, 3, 16, 16, generator=torch.Generator().manual_seed(8), dtype=torch.double)
     w = torch.tensor([ch] * 6)
@@ -207,7 +208,7 @@ def test_unmasked_batch_norm_is_torchs_batch_norm_with_its_running_statistics():
 
 def test_sandwich_step_outputs_and_gradient_of_the_sum(space):
     torch.manual_seed(0)
-    sup = SlimmableMobileNetV1(space)
+    sup = Supernet(space)
     B = 8
     x = torch.randn(B, 3, 16, 16)
     y = torch.randint(0, 5, (B,))
@@ -235,7 +236,7 @@ def test_sandwich_step_outputs_and_gradient_of_the_sum(space):
 
 def test_sandwich_step_updates_and_nan_is_refused(space):
     torch.manual_seed(1)
-    sup = SlimmableMobileNetV1(space)
+    sup = Supernet(space)
     x = torch.randn(4, 3, 16, 16)
     y = torch.randint(0, 5, (4,))
     opt = torch.optim.SGD(sup.parameters(), lr=0.1)
@@ -251,7 +252,7 @@ def test_sandwich_step_updates_and_nan_is_refused(space):
 
 
 def test_widths_validation(space):
-    sup = SlimmableMobileNetV1(space)
+    sup = Supernet(space)
     idx = random_idx(space, 2)
     assert widths_tensor(space, idx).tolist() == widths_tensor(space, np.c_[np.zeros(2, int), idx, np.zeros(2, int)]).tolist()
     with pytest.raises(ValueError, match="choice index out of range"):
@@ -269,7 +270,7 @@ def test_sandwich_step_through_ddp_matches_plain(space, tmp_path):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
     torch.manual_seed(2)
-    base = SlimmableMobileNetV1(space)
+    base = Supernet(space)
     twin = copy.deepcopy(base)
     x = torch.randn(6, 3, 16, 16)
     y = torch.randint(0, 5, (6,))
@@ -291,7 +292,7 @@ def test_frozen_differences_are_the_reduced_networks_batch_losses(space):
     max network's on the same batch; weights and running statistics are left untouched, the mode restored."""
     from aows_core.nets.estimation import frozen_differences
 
-    sup = randomise(SlimmableMobileNetV1(space)).eval()
+    sup = randomise(Supernet(space)).eval()
     before = copy.deepcopy(sup.state_dict())
     g = torch.Generator().manual_seed(7)
     x, y = torch.randn(12, 3, 16, 16, generator=g), torch.randint(0, 5, (12,), generator=g)

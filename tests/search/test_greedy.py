@@ -9,7 +9,7 @@ from aows_core import artifacts as io
 from aows_core.artifacts import read_supernet_state as load_model_state
 from aows_core.config import space_from_config, validate
 from aows_core.nets.scoring import SubnetScorer as GreedyScorer
-from aows_core.nets.slimmable import SlimmableMobileNetV1
+from aows_core.nets.supernet import Supernet
 from aows_core.search.baselines import greedy_search, greedy_trim
 from stage_calls import greedy_trajectory
 
@@ -29,7 +29,7 @@ def setup():
     cfg = validate(CFG)
     space = space_from_config(cfg)
     torch.manual_seed(0)
-    model = SlimmableMobileNetV1(space)
+    model = Supernet(space)
     with torch.no_grad():  # a non-trivial BN state and weights
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
@@ -76,7 +76,7 @@ def test_scores_with_cached_prefixes_equal_recalibrated_subnets(setup):
 def test_trajectory_is_the_greedy_trimming_of_its_score():
     space = space_from_config(validate({"space": {**CFG["space"], "resolution": 8}}))
     torch.manual_seed(0)
-    model = SlimmableMobileNetV1(space)  # float32: cached and uncached scores run the same operations
+    model = Supernet(space)  # float32: cached and uncached scores run the same operations
     g = torch.Generator().manual_seed(2)
     cal, x = (torch.randn(n, 1, 8, 8, generator=g) for n in (24, 32))
     y = torch.randint(0, 10, (32,), generator=g)

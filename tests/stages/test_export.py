@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from aows_core.config import space_from_config, validate
-from aows_core.nets.mobilenet import MobileNetV1
+from aows_core.nets.network import Network
 from aows_core.nets.onnx import ExportMismatch
 from stage_calls import export
 
@@ -22,7 +22,7 @@ def finalist(tmp_path_factory):
     space = space_from_config(cfg)
     channels = [c[1] for c in space.layer_choices]
     torch.manual_seed(0)
-    net = MobileNetV1(space, channels)
+    net = Network(space, channels)
     with torch.no_grad():  # non-trivial BN statistics, so folding matters
         for m in net.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
@@ -46,7 +46,7 @@ def test_onnx_matches_pytorch_and_the_state_dict_rebuilds_the_network(finalist):
         want = net.eval()(x).numpy()
     assert got.shape == (3, 10) and abs(got - want).max() < 1e-3
     sd = torch.load(d / "out/state_dict.pt", weights_only=False)
-    again = MobileNetV1(space_from_config(cfg), sd["channels"], init=False)
+    again = Network(space_from_config(cfg), sd["channels"], init=False)
     again.load_state_dict(sd["model"])
     assert sd["channels"] == channels and torch.equal(again.eval()(x), net.eval()(x))
     assert json.loads((d / "out/export.json").read_text())["channels"] == channels

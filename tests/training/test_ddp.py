@@ -16,8 +16,8 @@ from torch import nn
 from aows_core import artifacts as io
 from aows_core.config import data_spec, net_key, space_from_config, validate
 from aows_core.data import load_splits, shard_bounds as _shard
-from aows_core.nets.mobilenet import MobileNetV1
-from aows_core.nets.slimmable import SlimmableMobileNetV1
+from aows_core.nets.network import Network
+from aows_core.nets.supernet import Supernet
 from aows_core.search.unaries import EpochUnaries, WindowUnaries
 from aows_core.training.accelerator import Accelerator
 from aows_core.training.distributed import Dist, average_buffers, data_parallel
@@ -164,7 +164,7 @@ def _sandwich_states(rank: int, world: int, steps: int = 3, batch: int = 8,
     through DDP with BatchNorm over the global batch (`synchronised`, supernet.sync_bn)."""
     from aows_core.nets.batchnorm import synchronised
     from aows_core.nets.sandwich import sandwich_step
-    from aows_core.nets.slimmable import widths_tensor
+    from aows_core.nets.widths import widths_tensor
     from aows_core.search.sampler import uniform_layer_indices
 
     space = space_from_config(validate(TINY))
@@ -172,7 +172,7 @@ def _sandwich_states(rank: int, world: int, steps: int = 3, batch: int = 8,
     out = {}
     for path in paths:
         torch.manual_seed(0)
-        model = SlimmableMobileNetV1(space)
+        model = Supernet(space)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=4e-5)
         net, step_opt = ((model, _ManualAveraging(opt, model, world)) if path == "manual"
                          else (data_parallel(model, Dist(rank, world)), opt))
@@ -203,7 +203,7 @@ def test_ddp_sandwich_steps_reach_the_manual_all_reduce_parameters(tmp_path):
     mp.spawn(_sandwich_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"sandwich2_{r}.pt") for r in (0, 1)]
     torch.manual_seed(0)
-    start = SlimmableMobileNetV1(space_from_config(validate(TINY))).state_dict()
+    start = Supernet(space_from_config(validate(TINY))).state_dict()
     for states in ranks:
         manual, ddp = states["manual"], states["ddp"]
         assert manual.keys() == ddp.keys()
@@ -240,7 +240,7 @@ def test_synchronised_batch_norm_makes_two_processes_take_the_one_process_step(t
 # ---------------------------------------------------------------- data-parallel retraining (docs/method.md D30)
 
 
-class _FrozenBN(MobileNetV1):
+class _FrozenBN(Network):
     """The fixed network with its BatchNorm statistics frozen (eval-mode BN while training), so that a rank's
     shard is normalised as the whole global batch is: two processes then compute one process's step."""
 
@@ -284,7 +284,7 @@ def _retrain_worker(rank: int, world: int, path: str) -> None:
     """Uninterrupted, and stopped after 2 steps then resumed; the weights, final loss and batches of each."""
     from aows_core.nets import mobilenet
 
-    mobilenet.MobileNetV1 = _FrozenBN  # this spawned process's copy of the module
+    mobilenet.Network = _FrozenBN  # this spawned process's copy of the module
     dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous", rank=rank, world_size=world)
     try:
         full, seen = _retrain(rank, world, f"{path}/resume_full")
@@ -306,7 +306,7 @@ def test_two_process_retraining_sees_the_global_batches_and_reaches_the_one_proc
     from aows_core.nets import mobilenet
 
     mp.spawn(_retrain_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
-    monkeypatch.setattr(mobilenet, "MobileNetV1", _FrozenBN)
+    monkeypatch.setattr(mobilenet, "Network", _FrozenBN)
     one, seen = _retrain(0, 1, str(tmp_path / "resume_one"))
     ranks = [torch.load(tmp_path / f"retrain{r}.pt") for r in (0, 1)]
     assert len(seen) == 4 and all(len(r["y"]) == 4 for r in ranks)  # 128 images, batches of 32
@@ -315,7 +315,7 @@ def test_two_process_retraining_sees_the_global_batches_and_reaches_the_one_proc
         assert torch.equal(torch.cat([r["y"][k] for r in ranks]), y)
     space = space_from_config(validate(RETRAIN))
     torch.manual_seed(0)  # train_network's initialisation (the config's seed)
-    start = MobileNetV1(space, space.min_config).state_dict()
+    start = Network(space, space.min_config).state_dict()
     ref = one.model.state_dict()
     assert any(not torch.equal(ref[k], start[k]) for k in start)  # the steps moved the weights
     for r in ranks:
@@ -354,7 +354,7 @@ def test_two_process_retraining_with_synchronised_batch_norm_takes_the_one_proce
     mp.spawn(_sync_retrain_worker, args=(1, str(tmp_path)), nprocs=1, join=True)
     one = torch.load(tmp_path / "sync1_0.pt")
     torch.manual_seed(0)  # train_network's initialisation (the config's seed)
-    start = MobileNetV1(space_from_config(validate(RETRAIN)), space_from_config(validate(RETRAIN)).min_config)
+    start = Network(space_from_config(validate(RETRAIN)), space_from_config(validate(RETRAIN)).min_config)
     assert any(not torch.equal(one[k], v) for k, v in start.state_dict().items())  # the step moved the weights
     for two in (torch.load(tmp_path / f"sync2_{k}.pt") for k in (0, 1)):
         for k, v in one.items():
@@ -380,7 +380,7 @@ def test_micro_batches_accumulate_the_whole_batch_gradient(tmp_path, monkeypatch
             type(self).forwards += 1
             return super().forward(x)
 
-    monkeypatch.setattr(mobilenet, "MobileNetV1", Counting)
+    monkeypatch.setattr(mobilenet, "Network", Counting)
     whole, _ = _retrain(0, 1, str(tmp_path / "whole"))
     assert Counting.forwards == 4  # 128 images, batches of 32
     parts, _ = _retrain(0, 1, str(tmp_path / "parts"), micro_batch=10)

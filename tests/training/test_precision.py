@@ -13,7 +13,8 @@ from aows_core.config import STAGE_SECTIONS, ConfigError, net_key, settings_hash
 from aows_core.config import validate
 from aows_core.nets.sandwich import sandwich_step
 from aows_core.nets.batchnorm import MaskedBatchNorm
-from aows_core.nets.slimmable import SlimmableMobileNetV1, widths_tensor
+from aows_core.nets.supernet import Supernet
+from aows_core.nets.widths import widths_tensor
 from aows_core.search.sampler import uniform_layer_indices
 from aows_core.stages import retrain as retrain_stage
 from aows_core.training.accelerator import Accelerator, accelerator, resolve_device
@@ -87,13 +88,13 @@ def test_device_and_precision_rerun_the_training_stages_and_nothing_else(change)
 # ---- float32 BatchNorm under bf16 autocast -------------------------------------------------------
 def test_masked_batchnorm_normalises_in_float32_under_bf16_autocast(tiny_space):
     torch.manual_seed(0)
-    net = SlimmableMobileNetV1(tiny_space).train()
-    bn = net.features[0][1]
+    net = Supernet(tiny_space).train()
+    bn = net.layers[0].bn
     C = bn.num_features
     z = torch.randn(6, C, 5, 5).bfloat16()
     m = (torch.rand(6, C) > 0.3).float()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = net._masked_bn_relu(z, bn, m)
+        out = net._masked(z, bn, m, True)
     ref = MaskedBatchNorm.apply(z.float(), m, bn.weight, bn.bias, bn.eps)  # float32 statistics of the same inputs
     assert out.dtype == torch.float32 and torch.equal(out, ref)
     low = MaskedBatchNorm.apply(z, m, bn.weight.bfloat16(), bn.bias.bfloat16(), bn.eps)  # what bfloat16 BN would give
@@ -102,7 +103,7 @@ def test_masked_batchnorm_normalises_in_float32_under_bf16_autocast(tiny_space):
 
 def test_bf16_sandwich_steps_keep_the_running_statistics_float32(tiny_space):
     torch.manual_seed(0)
-    net = SlimmableMobileNetV1(tiny_space, channels_last=True)
+    net = Supernet(tiny_space, channels_last=True)
     before = {k: v.clone() for k, v in net.named_buffers() if k.endswith(("running_mean", "running_var"))}
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     x, y = torch.randn(16, 1, 8, 8), torch.randint(0, 4, (16,))
@@ -166,7 +167,7 @@ def test_a_bf16_supernet_trains_and_resumes_exactly(bf16_supernet, tmp_path):
     assert full["complete"] and np.isfinite(full["metrics"]["loss_max"])
     weights = torch.load(d / "out/model.pt", weights_only=False)["model"]
     torch.manual_seed(int(cfg["seed"]))
-    init = SlimmableMobileNetV1(space_from_config(cfg), channels_last=True).state_dict()
+    init = Supernet(space_from_config(cfg), channels_last=True).state_dict()
     assert all(weights[k].dtype == init[k].dtype for k in init)  # float32 weights and BN statistics
     assert not _same(weights, init)
     meta = io.read_table(d / "out/metrics.parquet", "train_metrics")[1]
@@ -322,7 +323,7 @@ def test_greedy_scores_on_cuda_in_bf16(tmp_path):
     cfg = validate({**TINY, "train": {"device": "cuda", "precision": "bf16"}})
     space = space_from_config(cfg)
     torch.manual_seed(0)
-    model = SlimmableMobileNetV1(space, channels_last=True)
+    model = Supernet(space, channels_last=True)
     io.save_torch({"space": space.to_dict(), "space_hash": space.hash, "model": model.state_dict(),
                           "run_id": "cuda-check"}, tmp_path / "model.pt")
     rows = greedy_trajectory(cfg, tmp_path / "model.pt", tmp_path / "greedy.parquet", progress=False)

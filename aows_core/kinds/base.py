@@ -1,0 +1,110 @@
+"""The layer-kind interface (Θ_i's `kind`, §4 eq. lat; docs/method.md D45): one class per kind, one registry.
+
+A kind knows, for a layer with descriptor Θ mapping c_in → c_out channels: its latency variable's key, its output
+size, MACs, parameters and memory traffic (numpy-free arithmetic), its fixed torch module, its forward inside the
+slimmable supernet (weights sliced to the pass's widths, every BatchNorm through the pass's normalisation) and its
+ONNX nodes. Devices, the ONNX builder, the networks, the scorer and the batched pass ask the kind; nothing else
+switches on `kind`. Importing this package imports no torch: the torch and onnx parts are imported by the methods
+that need them (`units`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Sequence
+
+# Activations a space may name (`SearchSpace.act`).
+ACTIVATIONS = ("relu", "relu6")
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One supernet pass as a kind's `forward` sees it: the width computed at every node (nodes 0..n) and the
+    normalisation `norm(z, bn, node, act)` → BN of z as node `node`'s channels, activated if `act` (masked per
+    sample, sliced, recalibrated or grouped: `nets.supernet`, `nets.scoring`, `nets.batched`)."""
+
+    full: Sequence[int]
+    norm: Callable[[Any, Any, int, bool], Any]
+
+    def width(self, node: int) -> int:
+        return int(self.full[node])
+
+
+class LayerKind:
+    """A kind of layer. Subclasses set `name` and implement the arithmetic, `module`, `forward` and `onnx`."""
+
+    name: ClassVar[str] = ""
+    # The layer reads and writes one node (a depthwise conv, a residual add): its variables are (Θ, c, c).
+    one_width: ClassVar[bool] = False
+    # The network's last layer: global pooling and the classifier (held as the network's `classifier`).
+    classifier: ClassVar[bool] = False
+    # The synthetic device's cost family (ms per MMAC and per layer), one of devices.synthetic.COST_FAMILIES.
+    cost_family: ClassVar[str] = "conv"
+
+    # ---- arithmetic (no torch) --------------------------------------------------------------------
+    def variable(self, t: Any, c_in: int, c_out: int) -> tuple:
+        """The key of the latency variable of Θ at widths c_in → c_out (eq. lat): layers with equal keys share it."""
+        return (t, int(c_in), int(c_out))
+
+    def out_hw(self, t: Any) -> tuple[int, int]:
+        """Spatial output size: a k×k conv padded by k // 2 with Θ's stride."""
+        pad = t.kernel // 2
+        return (t.in_h + 2 * pad - t.kernel) // t.stride + 1, (t.in_w + 2 * pad - t.kernel) // t.stride + 1
+
+    def macs(self, t: Any, c_in: int, c_out: int) -> int:
+        """Multiply-accumulates per image (the count forward hooks on Conv2d and Linear give)."""
+        raise NotImplementedError
+
+    def params(self, t: Any, c_in: int, c_out: int) -> int:
+        """Trainable parameters (weights, BatchNorm scale and shift, biases)."""
+        raise NotImplementedError
+
+    def moved(self, t: Any, c_in: int, c_out: int) -> int:
+        """Elements read and written per image (activations in and out, weights): the synthetic device's memory term."""
+        raise NotImplementedError
+
+    # ---- torch --------------------------------------------------------------------------------------
+    def module(self, t: Any, c_in: int, c_out: int, *, norm: Callable[[int], Any] | None, act: str,
+               device: Any = None) -> Any:
+        """The fixed torch module for c_in → c_out; `norm(c)` makes a BatchNorm of c channels (None: the deployment
+        form, convolutions with biases); `act` the space's activation."""
+        raise NotImplementedError
+
+    def forward(self, mod: Any, xs: Sequence[Any], src: int, dst: int, p: Pass) -> Any:
+        """The supernet's forward of `mod` (built at the max widths) on inputs `xs` at the pass's widths."""
+        raise NotImplementedError
+
+    # ---- onnx ---------------------------------------------------------------------------------------
+    def onnx(self, g: Any, t: Any, xs: Sequence[str], out: str, path: str, c_in: int, c_out: int) -> None:
+        """Append the deployment form's nodes and parameters to the graph builder `g` (`nets.onnx.GraphBuilder`):
+        inputs `xs`, output tensor `out`, parameters named after the module path `path`."""
+        raise NotImplementedError
+
+
+KINDS: dict[str, LayerKind] = {}
+
+
+def register(cls: type[LayerKind], *, replace: bool = False) -> type[LayerKind]:
+    """Add a kind to the registry (a class decorator); another class under a taken name needs `replace=True`."""
+    if not cls.name:
+        raise ValueError(f"layer kind {cls.__name__} has no name")
+    old = KINDS.get(cls.name)
+    if old is not None and type(old) is not cls and not replace:
+        raise ValueError(f"layer kind {cls.name!r} is already registered ({type(old).__name__}); "
+                         f"pass replace=True to override it")
+    KINDS[cls.name] = cls()
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Remove a kind (tests that register their own)."""
+    KINDS.pop(name, None)
+
+
+def kind_of(name: str) -> LayerKind:
+    """The registered kind `name`; an error naming the registered ones and how to add one."""
+    k = KINDS.get(name)
+    if k is None:
+        raise ValueError(f"unknown layer kind {name!r}; registered kinds: {sorted(KINDS)} (add one with "
+                         f"aows_core.kinds.register, docs/extending.md)")
+    return k

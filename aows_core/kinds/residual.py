@@ -1,0 +1,43 @@
+"""The residual add (D44): sums a block's branch and its shortcut on one width, ReLU'd after the sum in a "relu"
+space (ResNet), not in a "relu6" one (MobileNet-v2). No parameters, no MACs; its latency is a variable (Θ, c, c)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from .base import LayerKind, Pass, register
+
+
+@register
+class ResidualAdd(LayerKind):
+    """y + shortcut (+ ReLU in a "relu" space) on one width."""
+
+    name = "add"
+    one_width = True
+    cost_family = "linear"
+
+    def macs(self, t: Any, c_in: int, c_out: int) -> int:
+        return 0
+
+    def params(self, t: Any, c_in: int, c_out: int) -> int:
+        return 0
+
+    def moved(self, t: Any, c_in: int, c_out: int) -> int:
+        ho, wo = self.out_hw(t)
+        return 3 * c_out * ho * wo  # two operands read, one written
+
+    def module(self, t: Any, c_in: int, c_out: int, *, norm: Callable[[int], Any] | None, act: str,
+               device: Any = None) -> Any:
+        from .units import Add
+
+        return Add(act == "relu")
+
+    def forward(self, mod: Any, xs: Sequence[Any], src: int, dst: int, p: Pass) -> Any:
+        return mod(xs[0], xs[1])  # both terms are zero beyond the node's width, so is their sum (and its ReLU)
+
+    def onnx(self, g: Any, t: Any, xs: Sequence[str], out: str, path: str, c_in: int, c_out: int) -> None:
+        if g.act == "relu":
+            g.node("Add", list(xs), [f"{path}.sum"], name=f"{path}.sum")
+            g.node("Relu", [f"{path}.sum"], [out], name=out)
+        else:
+            g.node("Add", list(xs), [out], name=out)
