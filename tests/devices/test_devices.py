@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from aows_core.devices import DEVICES, Device, get_device
+from aows_core.devices import DEVICES, Device, builtin, get_device
 from aows_core.devices.flops import edge_macs, network_macs, variable_macs
 from aows_core.devices.onnxruntime import GraphFactory
 from aows_core.devices.torch_cuda import TorchCUDA
@@ -32,7 +32,7 @@ def spec(backend, **kw):
 
 # ---- registry ------------------------------------------------------------------------------
 def test_registry_names():
-    assert set(DEVICES) == {"torch-cpu", "torch-cuda", "onnxruntime", "flops", "synthetic"}
+    assert set(builtin()) == {"torch-cpu", "torch-cuda", "onnxruntime", "flops", "synthetic"}
     assert all(issubclass(c, Device) and c.name == n for n, c in DEVICES.items())
 
 
