@@ -1,6 +1,7 @@
 """Configuration: schema validation with defaults, per-stage settings and their hashes.
 
-The schema lives in `aows_core/schemas/config.schema.yaml` (`workflow/schemas/` links to it).
+The schema lives in `aows_core/schemas/config.schema.yaml` (`workflow/schemas/` links to it); its `devices` entry
+is generated from the device classes' declarations (scripts/device_schema.py), read here as `Backend`s.
 The Snakefile and the `aows` command validate with this same function, so a wrong key or value
 fails in the same way at parse time and when a stage is called directly. Imports nothing heavy.
 """
@@ -45,11 +46,6 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-# The unit each backend's latency table is in: targets must match it (or be relative, `range:`).
-BACKEND_UNITS: dict[str, str] = {
-    "torch-cpu": "ms", "torch-cuda": "ms", "onnxruntime": "ms", "synthetic": "ms", "flops": "MMAC",
-}
-
 TARGET_RE = re.compile(r"^(?:(?P<ms>\d+(?:\.\d+)?)ms|(?P<mflops>\d+(?:\.\d+)?)mflops|range:(?P<range>\d+(?:\.\d+)?))$")
 # The same grammar as a JSON-schema pattern (config.schema.yaml uses it for every target list).
 TARGET_PATTERN = TARGET_RE.pattern
@@ -88,8 +84,97 @@ def parse_target(text: str) -> Target:
     return Target(str(text).strip(), kind, value)
 
 
+# ------------------------------------------------------------------------------------------ device backends
+@dataclass(frozen=True)
+class Backend:
+    """A device backend as the config layer knows it, declared by its class (aows_core/devices) in its own file.
+
+    The classes' declarations are written into the schema (`devices` → `x-backends`, by scripts/device_schema.py,
+    checked by a test), so that validating a config and planning the workflow import no device; a class registered at
+    run time (`aows_core.devices.register`, e.g. one defined outside aows_core) is added by `register_backend`."""
+
+    name: str
+    unit: str  # the unit of its latency table: absolute targets must be in it (or relative, `range:`)
+    gpu: bool = False  # it times on a GPU: cluster profiles place its timing jobs on GPU nodes
+    analytic: bool = False  # counted, not timed: one exact value per network (flops)
+    settings: tuple[str, ...] = ("batch_size",)  # the device settings it reads (devices.<name>.<key>)
+
+
+def device_schema(backends: Sequence[Backend], settings: Mapping[str, Mapping[str, Any]]) -> dict:
+    """The schema of one entry of `devices` for these backends: `backend` (one of their names), every setting any of
+    them reads (`settings`: key → its schema; a backend ignores the others'), and the declarations (`x-backends`)."""
+    missing = sorted({k for b in backends for k in b.settings} - set(settings))
+    if missing:
+        raise ValueError(f"device settings {missing} are read by a backend but have no schema")
+    listing = ", ".join(f"`{b.name}` ({b.unit}{', counted' if b.analytic else ''}{', on a GPU' if b.gpu else ''})"
+                        for b in backends)
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["backend"],
+        "properties": {
+            "backend": {"type": "string", "enum": [b.name for b in backends],
+                        "description": f"Which backend times the networks: {listing}."},
+            **{key: dict(node) for key, node in settings.items()},
+        },
+        "x-backends": {b.name: {"unit": b.unit, "gpu": b.gpu, "analytic": b.analytic, "settings": list(b.settings)}
+                       for b in backends},
+    }
+
+
+def schema_backends(schema: Mapping[str, Any]) -> dict[str, Backend]:
+    """The backends a schema declares (its devices' `x-backends`), by name."""
+    declared = schema["properties"]["devices"]["additionalProperties"]["x-backends"]
+    return {name: Backend(name, d["unit"], bool(d["gpu"]), bool(d["analytic"]), tuple(d["settings"]))
+            for name, d in declared.items()}
+
+
+# Backends registered in this process (aows_core.devices.register): name → (declaration, its settings' schemas).
+_REGISTERED: dict[str, tuple[Backend, dict[str, dict]]] = {}
+
+
+def register_backend(backend: Backend, settings: Mapping[str, Mapping[str, Any]]) -> None:
+    """Make a backend configurable in this process: the schema gains its name and settings, the unit checks its
+    unit. A registered declaration replaces the schema file's of the same name."""
+    _REGISTERED[backend.name] = (backend, {k: dict(v) for k, v in settings.items()})
+
+
+def unregister_backend(name: str) -> None:
+    """Forget a backend registered in this process (the schema file's, if it has one, applies again)."""
+    _REGISTERED.pop(name, None)
+
+
 def load_schema() -> dict:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    """The configuration schema: the schema file, with the backends registered in this process."""
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    if _REGISTERED:
+        entry = schema["properties"]["devices"]["additionalProperties"]
+        declared = schema_backends(schema)
+        nodes = {k: v for k, v in entry["properties"].items() if k != "backend"}
+        for backend, settings in _REGISTERED.values():
+            declared[backend.name] = backend
+            nodes.update(settings)
+        read = {k for b in declared.values() for k in b.settings}
+        entry = device_schema(list(declared.values()), {k: v for k, v in nodes.items() if k in read})
+        schema["properties"]["devices"]["additionalProperties"] = entry
+    return schema
+
+
+def backends() -> dict[str, Backend]:
+    """Every configurable backend, by name: the schema's and those registered in this process."""
+    return schema_backends(load_schema())
+
+
+def device_backends(config: Mapping[str, Any]) -> dict[str, Backend]:
+    """The backend of each configured device (a validated config's `devices`), by device name."""
+    declared = backends()
+    return {device: declared[spec["backend"]] for device, spec in config["devices"].items()}
+
+
+def gpu_devices(backend_of: Mapping[str, Backend]) -> list[str]:
+    """The devices (of `device_backends`) whose backend times on a GPU: cluster profiles place their timing jobs on
+    GPU nodes."""
+    return sorted(device for device, backend in backend_of.items() if backend.gpu)
 
 
 def _fill_defaults(schema: Mapping, instance: Any) -> None:
@@ -160,13 +245,13 @@ def validate(config: Mapping | None) -> dict:
             else:
                 lines.append(f"config key {_path(e)}: {e.message}")
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
-    lines = _target_errors(cfg) + _train_errors(cfg) + _subset_errors(cfg)
+    lines = _target_errors(cfg, schema_backends(schema)) + _train_errors(cfg) + _subset_errors(cfg)
     if lines:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
     return cfg
 
 
-def _target_errors(cfg: Mapping) -> list[str]:
+def _target_errors(cfg: Mapping, declared: Mapping[str, Backend]) -> list[str]:
     """Every device has a target, and every target parses and is in its device's unit (or relative)."""
     lines = []
     for section in ("decode", "aows"):
@@ -175,7 +260,7 @@ def _target_errors(cfg: Mapping) -> list[str]:
                 lines.append(f"config key {section}.device_targets.{dev}: no device {dev!r} is configured; "
                              f"configured devices: {sorted(cfg['devices'])}")
     for dev, spec in cfg["devices"].items():
-        unit = BACKEND_UNITS[spec["backend"]]
+        unit = declared[spec["backend"]].unit
         lists = {
             (f"{s}.device_targets.{dev}" if dev in cfg[s]["device_targets"] else f"{s}.targets"):
             (cfg[s]["device_targets"][dev] if dev in cfg[s]["device_targets"] else cfg[s]["targets"])

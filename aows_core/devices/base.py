@@ -7,6 +7,10 @@ network and the reference network in alternating chunks (docs/method.md D27). It
 comparable (backend, batch, threads, CPU/GPU model, library versions), so a latency table is never
 mixed with timings of another machine or setting. Heavy imports (torch, onnxruntime) happen inside
 the backends, so `aows_core.devices` itself imports only numpy.
+
+A device is one file: its class declares its backend name, unit, whether it times on a GPU and its settings (each a
+`Setting`: default and schema), and `@register` makes it configurable (the registry, the schema's `backend` enum and
+device settings, the units the targets are checked against and `SPEC_DEFAULTS` all derive from these declarations).
 """
 
 from __future__ import annotations
@@ -20,29 +24,46 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from ..config import Backend, register_backend, unregister_backend
 from ..space import SearchSpace
 
 MAX_REPEAT_FACTOR = 20
 
-# Every device setting the config schema knows, with its default (backends ignore the others').
-SPEC_DEFAULTS: dict[str, Any] = {
-    "batch_size": 1,
-    "threads": 1,
-    "inter_op_threads": 1,
-    "channels_last": False,
-    "graph_optimization": "all",
-    "cuda_device": "cuda:0",
-    "timing": "graph",
-    "precision": "fp32",
-    "noise": 0.02,
-    "drift": 0.15,
-    "nonadditive": 0.02,
-    "interference": 0.0,
-    "regime_dwell": 3.0,
-    "spill": 0.0,
-    "spill_at": 0.7,
-    "launch_floor": 0.0,
-}
+
+@dataclass(frozen=True)
+class Setting:
+    """A device setting (config.yaml's `devices.<name>.<key>`): its default and its schema (JSON-schema `type`, bounds,
+    choices, description). Backends that read the same key declare the same Setting (base.THREADS, …)."""
+
+    default: Any
+    type: str  # integer, number, boolean, string
+    description: str
+    choices: tuple[Any, ...] = ()
+    minimum: float | None = None
+    exclusive_minimum: float | None = None
+    maximum: float | None = None
+    exclusive_maximum: float | None = None
+
+    def schema(self) -> dict[str, Any]:
+        """The setting's JSON schema."""
+        node: dict[str, Any] = {"type": self.type}
+        if self.choices:
+            node["enum"] = list(self.choices)
+        bounds = (("minimum", self.minimum), ("exclusiveMinimum", self.exclusive_minimum),
+                  ("maximum", self.maximum), ("exclusiveMaximum", self.exclusive_maximum))
+        node.update({k: v for k, v in bounds if v is not None})
+        return {**node, "default": self.default, "description": self.description}
+
+
+BATCH_SIZE = Setting(1, "integer", "Images per forward pass; latencies are ms per forward of a batch.", minimum=1)
+THREADS = Setting(1, "integer", "Intra-op threads used for timing (aows sets them itself).", minimum=1)
+INTER_OP_THREADS = Setting(1, "integer", "Inter-op threads (torch and ONNX Runtime).", minimum=1)
+
+# The registry (config.yaml's `backend` → class), filled by `register`; aows_core.devices imports every module of
+# the package, so that a device file registers itself.
+DEVICES: dict[str, type["Device"]] = {}
+# Every device setting a registered backend reads, with its default (backends ignore the others'): derived.
+SPEC_DEFAULTS: dict[str, Any] = {}
 
 
 @dataclass
@@ -90,17 +111,28 @@ class Timer:
 class Device:
     """A latency (or cost) oracle for the networks of one search space."""
 
-    name: ClassVar[str] = "base"
-    unit: ClassVar[str] = "ms"
-    analytic: ClassVar[bool] = False
-    # Spec keys this backend reads; they (and only they) enter its fingerprint.
-    keys: ClassVar[tuple[str, ...]] = ("batch_size",)
+    name: ClassVar[str] = "base"  # config.yaml's `devices.<name>.backend`
+    unit: ClassVar[str] = "ms"  # of its values: ms per forward of a batch (MMAC for flops)
+    gpu: ClassVar[bool] = False  # times on a GPU: cluster profiles place its timing jobs on GPU nodes
+    analytic: ClassVar[bool] = False  # counted, not timed (one exact value per network, no reference)
+    # The settings this backend reads, in order: they (and only they) enter its fingerprint.
+    settings: ClassVar[Mapping[str, Setting]] = {"batch_size": BATCH_SIZE}
+    keys: ClassVar[tuple[str, ...]] = ("batch_size",)  # tuple(settings), derived for every subclass
     # What a latency file made before a key existed was timed with (its spec lacks the key): the key's value then,
     # when that differs from today's default, so that such a file is refused, not read as today's default.
     legacy: ClassVar[Mapping[str, Any]] = {}
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.keys = tuple(cls.settings)
+
+    @classmethod
+    def declaration(cls) -> Backend:
+        """What the config layer knows of this backend (its name, unit, GPU, whether counted, the settings it reads)."""
+        return Backend(cls.name, cls.unit, bool(cls.gpu), bool(cls.analytic), tuple(cls.settings))
+
     def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
-        self.spec = normalise_spec(spec)
+        self.spec = normalise_spec(spec, type(self).settings)
         self.space = space
         self.seed = int(seed)
         self.batch_size = int(self.spec["batch_size"])
@@ -169,21 +201,63 @@ class Device:
         """Release what the device holds (sessions, pools)."""
 
 
-def normalise_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The spec with every default filled; an unknown key is an error naming the known ones."""
+def register(cls: type[Device]) -> type[Device]:
+    """Class decorator: `cls` becomes the backend named `cls.name` (config.yaml picks it by that string), its settings
+    join SPEC_DEFAULTS and the config layer's schema and unit checks learn its declaration. A key another backend
+    reads already must be declared with the same Setting."""
+    if not (isinstance(cls, type) and issubclass(cls, Device)) or cls.name in ("", Device.name):
+        raise TypeError(f"register takes a Device subclass with its own `name`, got {cls!r}")
+    old = DEVICES.get(cls.name)
+    if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ValueError(f"device backend {cls.name!r} is registered already, by {old.__module__}.{old.__qualname__}")
+    bad = [k for k, v in cls.settings.items() if not isinstance(v, Setting)]
+    if bad or "batch_size" not in cls.settings:
+        raise TypeError(f"device {cls.name!r}: settings must map keys to Setting, batch_size among them (bad: {bad})")
+    for key, setting in cls.settings.items():
+        other = next((d for d in DEVICES.values() if d.name != cls.name and d.settings.get(key, setting) != setting),
+                     None)
+        if other is not None:
+            raise ValueError(f"device {cls.name!r} declares setting {key!r} unlike {other.name!r} does; a key means "
+                             f"one thing for every backend: reuse {other.__module__}.{other.__qualname__}'s Setting "
+                             f"or name yours otherwise")
+    DEVICES[cls.name] = cls
+    _derive()
+    register_backend(cls.declaration(), {k: s.schema() for k, s in cls.settings.items()})
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Remove a registered backend (a device defined for one test, say)."""
+    DEVICES.pop(name, None)
+    _derive()
+    unregister_backend(name)
+
+
+def _derive() -> None:
+    """SPEC_DEFAULTS from the registered classes, in registration order."""
+    SPEC_DEFAULTS.clear()
+    for cls in DEVICES.values():
+        for key, setting in cls.settings.items():
+            SPEC_DEFAULTS.setdefault(key, setting.default)
+
+
+def normalise_spec(spec: Mapping[str, Any], own: Mapping[str, Setting] | None = None) -> dict[str, Any]:
+    """The spec with every default filled (those of SPEC_DEFAULTS and of `own`, a device's settings); an unknown key
+    is an error naming the known ones."""
     spec = dict(spec)
     spec.pop("backend", None)
-    unknown = sorted(set(spec) - set(SPEC_DEFAULTS))
+    defaults = {**SPEC_DEFAULTS, **{k: s.default for k, s in (own or {}).items()}}
+    unknown = sorted(set(spec) - set(defaults))
     if unknown:
-        raise ValueError(f"unknown device setting(s) {unknown}; known settings: {sorted(SPEC_DEFAULTS)}")
-    return {**SPEC_DEFAULTS, **spec}
+        raise ValueError(f"unknown device setting(s) {unknown}; known settings: {sorted(defaults)}")
+    return {**defaults, **spec}
 
 
 def spec_differences(device: "Device", spec: Mapping[str, Any], spec_then: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """[(key, then, now)] of the device settings (backend + `device.keys`) that differ from those profiled (§4 same form);
     a key the profiled spec lacks counts as `device.legacy`'s value for it (the form timed before the key existed)."""
     spec_then = dict(spec_then or {})
-    then = {"backend": spec_then.get("backend"), **normalise_spec({**device.legacy, **spec_then})}
+    then = {"backend": spec_then.get("backend"), **normalise_spec({**device.legacy, **spec_then}, device.settings)}
     now = {"backend": spec.get("backend"), **device.spec}
     return [(k, then.get(k), now.get(k)) for k in ("backend", *device.keys) if then.get(k) != now.get(k)]
 

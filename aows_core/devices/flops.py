@@ -23,7 +23,7 @@ import numpy as np
 
 from ..kinds import kind_of
 from ..space import SearchSpace, Theta
-from .base import Device, Timer
+from .base import Device, Timer, register
 
 
 def theta_macs(t: Theta, c_in: int, c_out: int) -> int:
@@ -60,13 +60,13 @@ def variable_macs(space: SearchSpace) -> np.ndarray:
     return np.array([theta_macs(t, ci, co) for t, ci, co in space.variables], dtype=np.int64)
 
 
+@register
 class Flops(Device):
     """Analytic MMAC of the whole network at the configured batch size (exact: one sample, no drift)."""
 
     name = "flops"
     unit = "MMAC"
     analytic = True
-    keys = ("batch_size",)
 
     def fingerprint(self) -> dict[str, Any]:
         """Only the counting convention matters (no machine)."""

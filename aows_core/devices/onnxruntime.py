@@ -26,7 +26,8 @@ import numpy as np
 from ..nets import TIMING_WEIGHT_STD, WEIGHT_ALIGN
 from ..nets.onnx import INPUT, IR_VERSION, OPSET, OUTPUT, _io, _model, edge_graph, onnx_from_weights, param_shapes  # noqa: F401 (re-exported)
 from ..space import SearchSpace
-from .base import Device, Timer, host_fingerprint, timed_loop, usable_cores
+from .base import (INTER_OP_THREADS, THREADS, Device, Setting, Timer, host_fingerprint, register, timed_loop,
+                   usable_cores)
 
 GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
 TIMING_FORM = "deploy(bn-folded)/onnx-opset17/external-initializers/iobinding/v2"
@@ -102,12 +103,15 @@ class GraphFactory:
         return model.SerializeToString(), [n for p in parts for n in p[1]], [v for p in parts for v in p[2]]
 
 
+@register
 class OnnxRuntime(Device):
     """ONNX Runtime CPU execution provider; ms per forward of a batch."""
 
     name = "onnxruntime"
     unit = "ms"
-    keys = ("batch_size", "threads", "inter_op_threads", "graph_optimization")
+    settings = {**Device.settings, "threads": THREADS, "inter_op_threads": INTER_OP_THREADS,
+                "graph_optimization": Setting("all", "string", "Graph optimisation level of the session.",
+                                              choices=GRAPH_OPT_LEVELS)}
 
     def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
         super().__init__(spec, space, seed)

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..kinds import kind_of
 from ..space import SearchSpace
-from .base import Device, Timer
+from .base import Device, Setting, Timer, register
 from .flops import network_macs, variable_macs
 
 GENERATOR_VERSION = 1
@@ -45,13 +45,35 @@ TICKS = 64  # virtual-time resolution of the timing calls within one job (regime
 COST_FAMILIES = ("conv", "dwsep", "linear")
 
 
+@register
 class Synthetic(Device):
     """Hidden ground-truth latencies with a non-additive term, drift and noise (ms per forward of a batch)."""
 
     name = "synthetic"
     unit = "ms"
-    keys = ("batch_size", "noise", "drift", "nonadditive", "interference", "regime_dwell", "spill", "spill_at",
-            "launch_floor")
+    settings = {
+        **Device.settings,
+        "noise": Setting(0.02, "number", "Log-normal noise per timed repeat (relative).", minimum=0),
+        "drift": Setting(0.15, "number", "Amplitude of the multiplicative drift over the session (relative).",
+                         minimum=0),
+        "nonadditive": Setting(0.02, "number", "Size of the non-additive term (relative to the additive latency).",
+                               minimum=0),
+        "interference": Setting(0.0, "number", (
+            "A busy host: the device flips between a fast state and a slow one that is (1 + interference) times "
+            "slower (0: no interference)."), minimum=0),
+        "regime_dwell": Setting(3.0, "number", "Mean number of jobs the host stays in one state (exponential dwell).",
+                                exclusive_minimum=0),
+        "spill": Setting(0.0, "number", (
+            "Networks whose additive latency s exceeds the knot cost spill·(s − knot) more, as when a network's "
+            "weights outgrow the cache (docs/method.md D39); 0: eq. lat's additive sum."), minimum=0),
+        "spill_at": Setting(0.7, "number", (
+            "The knot of `spill` as a share of the way from the smallest to the largest uniform network's additive "
+            "latency."), exclusive_minimum=0, exclusive_maximum=1),
+        "launch_floor": Setting(0.0, "number", (
+            "The least a layer costs (ms), as on a GPU whose kernels are shorter than their launch: layers cheaper "
+            "than it cost it, so a floor above most layers' cost leaves the widths barely visible (validate-lut's "
+            "width-resolution check); 0: none."), minimum=0),
+    }
 
     def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
         super().__init__(spec, space, seed)

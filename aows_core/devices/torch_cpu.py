@@ -16,7 +16,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..space import SearchSpace
-from .base import Device, Timer, host_fingerprint, timed_loop, usable_cores
+from .base import (INTER_OP_THREADS, THREADS, Device, Setting, Timer, host_fingerprint, register, timed_loop,
+                   usable_cores)
 
 # Bump when the timed form changes (module structure, input, protocol inside `measure`).
 TIMING_FORM = "deploy(bn-folded, relu-inplace, mean-pool)/kind-units/eager/inference_mode/v2"
@@ -41,12 +42,14 @@ def set_torch_threads(threads: int, inter_op_threads: int) -> int:
     return torch.get_num_interop_threads()
 
 
+@register
 class TorchCPU(Device):
     """Eager PyTorch on the CPU; ms per forward of a batch."""
 
     name = "torch-cpu"
     unit = "ms"
-    keys = ("batch_size", "threads", "inter_op_threads", "channels_last")
+    settings = {**Device.settings, "threads": THREADS, "inter_op_threads": INTER_OP_THREADS,
+                "channels_last": Setting(False, "boolean", "Run in channels_last memory format.")}
     torch_device = "cpu"
 
     def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..space import SearchSpace
-from .base import MAX_REPEAT_FACTOR, Timer, normalise_spec
+from .base import MAX_REPEAT_FACTOR, Setting, Timer, normalise_spec, register
 from .torch_cpu import TorchCPU, set_torch_threads
 
 TIMINGS = ("graph", "eager")
@@ -38,7 +38,7 @@ TIMING_FORMS = {
 
 def cuda_settings(spec: Mapping[str, Any]) -> tuple[str, str]:
     """The validated (timing, precision) of a torch-cuda spec; an unknown value names the valid ones."""
-    spec = normalise_spec(spec)
+    spec = normalise_spec(spec, TorchCUDA.settings)
     timing, precision = str(spec["timing"]), str(spec["precision"])
     if timing not in TIMINGS:
         raise ValueError(f"torch-cuda: timing must be one of {list(TIMINGS)}, got {timing!r}")
@@ -95,12 +95,25 @@ def _closed() -> Any:
     raise RuntimeError("torch-cuda: this network was closed")
 
 
+@register
 class TorchCUDA(TorchCPU):
     """PyTorch on a CUDA GPU (CUDA-graph replay by default, or eager) in fp32/fp16/bf16; ms per forward of a batch."""
 
     name = "torch-cuda"
     unit = "ms"
-    keys = ("batch_size", "threads", "inter_op_threads", "channels_last", "cuda_device", "timing", "precision")
+    gpu = True
+    settings = {
+        **TorchCPU.settings,
+        "cuda_device": Setting("cuda:0", "string", "Which GPU."),
+        "timing": Setting("graph", "string", (
+            "`graph`: each network is captured once as a CUDA graph (after cuDNN autotuning) and every timed pass is "
+            "one replay, as a deployment under CUDA graphs or TensorRT runs it, with no per-kernel launch cost; "
+            "`eager`: the kernels are launched one by one from Python (launch-bound for small inputs). Latency files "
+            "of the other form are refused."), choices=TIMINGS),
+        "precision": Setting("fp32", "string", (
+            "Inference precision: the weights and the input are cast to it (not autocast), as an exported "
+            "half-precision engine is. Latency files of another precision are refused."), choices=tuple(PRECISIONS)),
+    }
     legacy = {"timing": "eager", "precision": "fp32"}
 
     def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):

@@ -172,8 +172,10 @@ def test_cluster_profiles_give_every_job_its_resources(profile, tmp_path):
             assert res["gpu"] == str(preset["greedy"]["processes"]), rule
         if rule == "retrain_net":  # one GPU per data-parallel process (D30)
             assert res["gpu"] == str(retrain_processes), rule
-        if rule in ("profile", "measure"):  # timing: on the modelled hardware, alone on the node
-            assert res["gpu"] == ("1" if "device=cuda" in wildcards else "0"), (rule, wildcards)
+        if rule in ("profile", "measure"):  # timing: on the modelled hardware (by its backend), alone on the node
+            device = re.search(r"\bdevice=([\w-]+)", wildcards).group(1)
+            on_gpu = device in aows_config.gpu_devices(aows_config.device_backends(preset))
+            assert res["gpu"] == ("1" if on_gpu else "0"), (rule, wildcards)
             if profile == "slurm":
                 assert res["slurm_extra"] == "--exclusive" and res["constraint"]
 

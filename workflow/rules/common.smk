@@ -4,18 +4,33 @@ Nothing heavy is imported here (aows_core.config needs only PyYAML and jsonschem
 """
 
 import json
+import os
 
 from aows_core.config import (
     METHODS,
     SUPERNET_METHODS,
     aows_targets,
+    device_backends,
     device_targets,
+    gpu_devices,
     net_key,
     parse_target,
     retrain_seeds,
     settings_hash,
     stage_settings,
 )
+
+
+# Each configured device's backend as its class declares it (aows_core/devices: unit, GPU, counted or timed), read
+# once. The cluster profiles place timing jobs by the devices whose backend times on a GPU ($AOWS_GPU_DEVICES in their
+# resource expressions), never by a device's name.
+BACKEND_OF = device_backends(config)
+os.environ["AOWS_GPU_DEVICES"] = ",".join(gpu_devices(BACKEND_OF))
+
+
+def device_gpus(wildcards):
+    """GPUs a timing job of the device needs (the `gpu` resource): 1 where its backend times on a GPU, else 0."""
+    return int(BACKEND_OF[wildcards.device].gpu)
 
 
 def settings(stage, device=None):
@@ -52,8 +67,8 @@ def stamp(stage, device=None):
 
 def decision_threads(wildcards):
     """A decision verified on a timed device times networks (docs/method.md D36): all cores, so nothing runs beside
-    it; one on an analytic device (flops) or with verify.max_rounds 0."""
-    timed = config["devices"][wildcards.device]["backend"] != "flops"
+    it; one on an analytic device (flops: counted, not timed) or with verify.max_rounds 0."""
+    timed = not BACKEND_OF[wildcards.device].analytic
     return workflow.cores if timed and config["verify"]["max_rounds"] > 0 else 1
 
 

@@ -32,6 +32,8 @@ checkpoint decode:
     conda:
         "../../envs/aows.yaml"
     threads: decision_threads
+    resources:
+        gpu=device_gpus,
     params:
         cfg=settings("decode"),
         stamp=stamp("decode"),
@@ -79,6 +81,8 @@ checkpoint decide_baseline:
     conda:
         "../../envs/aows.yaml"
     threads: decision_threads
+    resources:
+        gpu=device_gpus,
     params:
         cfg=settings("decide_baseline"),
         stamp=stamp("decide_baseline"),

@@ -43,6 +43,7 @@ rule profile:
     resources:
         mem_mb=4000,
         runtime=60,
+        gpu=device_gpus,
     params:
         cfg=settings("profile"),
         stamp=stamp("profile"),

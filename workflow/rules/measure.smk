@@ -25,6 +25,7 @@ rule measure:
     resources:
         mem_mb=4000,
         runtime=60,
+        gpu=device_gpus,
     params:
         cfg=settings("measure"),
         stamp=stamp("measure"),
