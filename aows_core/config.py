@@ -145,8 +145,12 @@ def unregister_backend(name: str) -> None:
 
 
 def load_schema() -> dict:
-    """The configuration schema: the schema file, with the backends registered in this process."""
+    """The configuration schema: the schema file, with the backends and presets registered in this process."""
+    from .space import PRESETS
+
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    presets = schema["properties"]["space"]["properties"]["preset"]["enum"]
+    presets.extend(p for p in PRESETS if p not in presets)
     if _REGISTERED:
         entry = schema["properties"]["devices"]["additionalProperties"]
         declared = schema_backends(schema)

@@ -157,7 +157,7 @@ def configurations(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -
         ax.tick_params(labelsize=7)
     axes[0, 0].legend(fontsize=7, ncol=4, loc="upper left")
     roles = meta.get("layer_roles")
-    if roles:  # a residual space: stream widths (tied across a stage's blocks) and inner widths (D44)
+    if roles and "inner" in roles:  # a residual space: stream widths (tied across a stage's blocks), inner ones (D44)
         ax = axes[-1, 0]
         ax.set_xticks(range(len(roles)), [f"{i}{'s' if r == 'stream' else 'i'}" for i, r in enumerate(roles)], fontsize=6)
         ax.set_xlabel("searchable width (s: a stage's stream, tied across its blocks; i: a block's inner width)", fontsize=8)

@@ -20,7 +20,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -605,7 +605,7 @@ MOBILENET_V2_FMNIST = (
 # 64 and 128.
 RESNET_FMNIST = _resnet("basic", (2, 2, 2), (32, 64, 128), stem_width=32, stem_kernel=3, pool=False)
 
-PRESETS: dict[str, dict] = {
+PRESETS: dict[str, dict | Callable[..., SearchSpace]] = {
     # The paper's ImageNet setting (supplementary table): 224×224 RGB, 1000 classes.
     "mobilenet_v1_imagenet": dict(stages=MOBILENET_V1, resolution=224, in_channels=3, num_classes=1000, first_stride=2),
     # The embedded default: Fashion-MNIST 28×28 grey images, 10 classes; MobileNet-v1 widths with a
@@ -624,12 +624,22 @@ PRESETS: dict[str, dict] = {
 DEFAULT_PRESET = "mobilenet_v1_fmnist"
 
 
+def register_preset(name: str, make: Callable[..., SearchSpace]) -> None:
+    """A preset made by `make(**overrides)` (a space built by hand from nodes, edges and blocks): `space.preset: name`
+    then names it in this process (the schema's preset list grows with it, `config.load_schema`)."""
+    if name in PRESETS and PRESETS[name] is not make:
+        raise ValueError(f"search-space preset {name!r} is already defined")
+    PRESETS[name] = make
+
+
 def get_space(preset: str, **overrides) -> SearchSpace:
     """A preset by name, optionally with its parameters (resolution, in_channels, num_classes, width_mult,
     first_stride, n_choices) overridden."""
     if preset not in PRESETS:
         raise ValueError(f"unknown search-space preset {preset!r}; valid presets: {sorted(PRESETS)}")
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if callable(PRESETS[preset]):
+        return PRESETS[preset](**overrides)
     params = {**PRESETS[preset], **overrides}
     stages = params.pop("stages")
     return build_space(preset if not overrides else f"{preset}+custom", stages, **params)

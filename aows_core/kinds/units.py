@@ -17,24 +17,22 @@ from .base import Pass
 ACTIVATION_MODULES: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "relu6": nn.ReLU6}
 
 
-class Unit(nn.Module):
-    """k×k conv padded by k // 2 (+ BN) (+ activation) (+ 3×3/2 max-pool): one convolutional unit (§7)."""
+class Unit(nn.Sequential):
+    """k×k conv padded by k // 2 (+ BN) (+ activation) (+ 3×3/2 max-pool): one convolutional unit (§7), a sequence of
+    the children it has (`bn`, `act`, `pool` are None when absent)."""
 
     def __init__(self, c_in: int, c_out: int, k: int, stride: int, groups: int,
                  norm: Callable[[int], nn.Module] | None, act: str | None, pool: bool = False, device=None):
         super().__init__()
-        self.conv = nn.Conv2d(c_in, c_out, k, stride, k // 2, groups=groups, bias=norm is None, device=device)
-        self.bn = norm(c_out) if norm is not None else None
-        self.act = ACTIVATION_MODULES[act](inplace=True) if act else None
-        self.pool = nn.MaxPool2d(3, 2, 1) if pool else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.conv(x)
-        if self.bn is not None:
-            x = self.bn(x)
-        if self.act is not None:
-            x = self.act(x)
-        return x if self.pool is None else self.pool(x)
+        parts = {"conv": nn.Conv2d(c_in, c_out, k, stride, k // 2, groups=groups, bias=norm is None, device=device),
+                 "bn": norm(c_out) if norm is not None else None,
+                 "act": ACTIVATION_MODULES[act](inplace=True) if act else None,
+                 "pool": nn.MaxPool2d(3, 2, 1) if pool else None}
+        for name, m in parts.items():
+            if m is None:
+                object.__setattr__(self, name, None)
+            else:
+                self.add_module(name, m)
 
 
 def unit_forward(u: Unit, x: torch.Tensor, c_out: int, groups: int, node: int, p: Pass) -> torch.Tensor:

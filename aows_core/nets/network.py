@@ -3,7 +3,7 @@ and cheap timing copies.
 
 `Network(space, channels)` holds one module per edge, built by the edge's layer kind (`aows_core.kinds`):
 ``layers.{e}`` for every edge but the last, ``classifier`` for the last (global average pool and a linear layer).
-It runs block by block (`run_blocks`): y = main(x), then, where the block has a residual add, add(y, shortcut(x))
+It runs block by block (`BlockPlan`): y = main(x), then, where the block has a residual add, add(y, shortcut(x))
 (the identity without a projection). MobileNet-v2's Dropout(0.2) before the classifier is kept in a "relu6" space
 (it changes no eval output); the supernet has none. At `space.base_config` of the imagenet presets the network is
 torchvision's `mobilenet_v2()`, `resnet18()`, `resnet50()` layer for layer (tests/nets/test_network.py).
@@ -51,16 +51,29 @@ def dropout(space: SearchSpace) -> nn.Module:
     return nn.Dropout(0.2) if space.act == "relu6" else nn.Identity()
 
 
-def run_blocks(space: SearchSpace, layers: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
-    """The activations entering the classifier: every block of `space` with the edge modules `layers` (D44)."""
-    for b in space.blocks[:-1]:
-        y = x
-        for e in b.edges:
-            y = layers[e](y)
-        if b.add >= 0:
-            y = layers[b.add](y, layers[b.shortcut](x) if b.shortcut >= 0 else x)
-        x = y
-    return x
+def leaves(m: nn.Module) -> list[nn.Module]:
+    """m's computation as the modules it calls in order: a sequence's children, recursively (a `Unit` is one)."""
+    return [leaf for c in m for leaf in leaves(c)] if isinstance(m, nn.Sequential) else [m]
+
+
+class BlockPlan:
+    """The feature blocks of a space over its edge modules (D44), each main branch one flat list of the modules it
+    calls — the same function as calling the edges' containers, with fewer calls (a fixed cost every timed network
+    pays, bench/bench_network_path.py)."""
+
+    def __init__(self, space: SearchSpace, layers: Sequence[nn.Module]):
+        self.steps = [(tuple(leaf for e in b.edges for leaf in leaves(layers[e])),
+                       layers[b.shortcut] if b.shortcut >= 0 else None, layers[b.add] if b.add >= 0 else None)
+                      for b in space.blocks[:-1]]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The activations entering the classifier."""
+        for main, shortcut, add in self.steps:
+            y = x
+            for m in main:
+                y = m(y)
+            x = y if add is None else add(y, x if shortcut is None else shortcut(x))
+        return x
 
 
 def reset_parameters(net: nn.Module) -> None:
@@ -90,6 +103,7 @@ class Network(nn.Module):
         self.layers = nn.ModuleList(edge_modules(space, full, bn, device))
         self.dropout = dropout(space)
         self.classifier = edge_module(space, space.n_edges - 1, full[space.edges[-1][0]], full[-1], bn, device)
+        self.blocks = BlockPlan(space, self.layers)
         if init:
             reset_parameters(self)
 
@@ -103,11 +117,12 @@ class Network(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.dropout = dropout(space)
         self.classifier = classifier
+        self.blocks = BlockPlan(space, self.layers)
         return self
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """The activations entering the classifier."""
-        return run_blocks(self.space, self.layers, x)
+        return self.blocks(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits: blocks, global average pool, (dropout,) classifier."""

@@ -28,7 +28,7 @@ from ..kinds import Pass, kind_of
 from ..space import SearchSpace
 from . import check_blocks
 from .batchnorm import at_least_float32, group_batch_norm
-from .network import Network, edge_modules, edge_module, reset_parameters, run_blocks
+from .network import BlockPlan, Network, edge_module, edge_modules, reset_parameters
 from .widths import DeviceWidths
 
 
@@ -45,6 +45,7 @@ class Supernet(nn.Module):
         full = space.full(space.max_config)
         self.layers = nn.ModuleList(edge_modules(space, full, True, device))
         self.classifier = edge_module(space, space.n_edges - 1, full[space.edges[-1][0]], full[-1], True, device)
+        self.blocks = BlockPlan(space, self.layers)
         reset_parameters(self)  # the same initialisation as the fixed networks
         if self.channels_last:
             self.to(memory_format=torch.channels_last)
@@ -128,7 +129,7 @@ class Supernet(nn.Module):
             return self.forward_sliced(x, channels)
         x = self._input(x)
         if widths is None:
-            return self.classifier(run_blocks(self.space, self.layers, x).mean((2, 3)))
+            return self.classifier(self.blocks(x).mean((2, 3)))
         widths, hi = self._check_widths(widths, x.shape[0])
         widths = widths.to(x.device)
         if not truncate:

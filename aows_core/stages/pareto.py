@@ -116,8 +116,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         "training": ("training_curves", training_rows(metrics), report.training_curves),
         "proxy": ("proxy_check", prox, report.proxy_check),
     }
-    if not space.is_chain:  # residual spaces: the configuration plot tells stream widths from inner ones (D44)
-        meta["layer_roles"] = space.roles()[1:-1]
+    meta["layer_roles"] = space.roles()[1:-1]  # the configuration plot tells stream widths from inner ones (D44)
     for name, (kind, table, draw) in tables.items():
         artifacts.write_records(table, plots_dir / f"{name}.parquet", kind, meta)
         artifacts.save_figure(draw(table, meta), plots_dir / f"{name}.pdf")
