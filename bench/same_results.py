@@ -87,14 +87,15 @@ def compare_parquet(a: Path, b: Path) -> tuple[bool, float]:
     equal, worst = True, 0.0
     for c in cols:
         x, y = ta.column(c).to_pylist(), tb.column(c).to_pylist()
-        if x == y:
+        if json.dumps(x, default=str) == json.dumps(y, default=str):  # NaN equals NaN here
             continue
         equal = False
         try:
-            d = np.nanmax(np.abs(np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)))
+            d = np.abs(np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64))
+            d = float(np.max(d[np.isfinite(d)], initial=0.0))
         except (TypeError, ValueError):
             d = float("inf")
-        worst = max(worst, float(d))
+        worst = max(worst, d)
     return equal, worst
 
 
