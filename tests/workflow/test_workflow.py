@@ -1,6 +1,7 @@
 """The Snakemake workflow: lint, formatting, dry-runs, and a tiny end-to-end run on the synthetic device."""
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -280,9 +281,17 @@ def test_a_forced_rerun_of_profile_times_every_network_again(tiny_run, tmp_path)
     # the target first: `--forcerun` takes every rule name after it, a target there would be read as one
     r = smk(wd, "results/latency/synth.parquet", "--forcerun", "profile", check=False)
     assert r.returncode == 0, r.stderr[-2000:]
-    new, _ = io.read_table(wd / "results/latency/synth.parquet", "latency")
-    assert new.num_rows == old.num_rows
-    assert new.column("t_start_s").to_pylist() != old.column("t_start_s").to_pylist()  # timed anew
+    new, meta = io.read_table(wd / "results/latency/synth.parquet", "latency")
+    assert new.column("job").to_pylist() == old.column("job").to_pylist()
+    # every network timed again, none replayed from a journal: the session's bar starts at job 0 (a resumed one
+    # starts at the jobs it replays), and every start time lies within this session's wall time (a replayed one
+    # is measured from the old session's first job, long before)
+    log = (wd / "results/logs/profile_synth.log").read_text()
+    start = re.search(r"profile synth:\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)", log)
+    assert start is not None and int(start.group(1)) == 0, log[-2000:]
+    t = new.column("t_start_s").to_pylist()
+    assert min(t) == 0 and max(t) <= meta["session_wall_s"], (max(t), meta["session_wall_s"])
+    assert t != old.column("t_start_s").to_pylist()  # timed anew, not the old session's times
     assert not (wd / "results/.resume/profile_synth.jsonl").exists()
     out = r.stdout + r.stderr
     assert out.count("rule profile:") == 1 and "rule fit_lut:" not in out  # that job, and only that one
