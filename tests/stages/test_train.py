@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,15 +71,26 @@ def test_ows_writes_unaries_metrics_and_checkpoints(ows):
 
 
 def test_resume_after_a_stop_ends_exactly_like_an_uninterrupted_run(ows, tmp_path):
+    """Stopped twice (the second time in epoch 1, after the first epoch checkpoint) and its output folder deleted
+    in between, as Snakemake deletes an incomplete job's outputs before it reruns it: the resumed run ends with the
+    uninterrupted run's weights, unaries and every epoch checkpoint (AOWS starts from `after_W.pt`).
+    Regression: the epoch checkpoints of the epochs done before the stop were lost with the outputs, so Snakemake
+    failed the resumed job (MissingOutputException)."""
     cfg, d = ows
     r = train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="ows", progress=False, stop_after_steps=5)
     assert not r["complete"] and not (tmp_path / "out/unaries.parquet").exists()
     r = train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="ows", progress=False, stop_after_steps=7)
+    assert not r["complete"] and (r["epoch"], r["step"]) == (1, 4)
+    shutil.rmtree(tmp_path / "out", ignore_errors=True)
     train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="ows", progress=False)
     assert _same_weights(_weights(d / "out/model.pt"), _weights(tmp_path / "out/model.pt"))
     a = io.read_table(d / "out/unaries.parquet", "unaries")[0].to_pylist()
     b = io.read_table(tmp_path / "out/unaries.parquet", "unaries")[0].to_pylist()
     assert a == b
+    for n in (1, 2, 3):
+        assert _same_weights(_weights(d / f"out/checkpoints/after_{n}.pt"),
+                             _weights(tmp_path / f"out/checkpoints/after_{n}.pt")), n
+    assert not (tmp_path / "resume").exists()  # and its resume state is gone
 
 
 def _bar_start(stderr: str, desc: str) -> tuple[int, int]:
