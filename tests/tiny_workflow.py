@@ -66,6 +66,46 @@ def copy_run(src: Path, dst: Path) -> Path:
     return dst
 
 
+OWS_RESUME = "results/.resume/supernet/ows/checkpoint.pt"
+
+
+def kill_mid_ows_training(workdir: Path, *targets: str, cores: int = 1, timeout: float = 300) -> dict:
+    """Snakemake on `targets` in `workdir`, SIGKILLed (the whole job tree, so no clean-up runs) as soon as the OWS
+    supernet has written its first resume checkpoint; what the kill left: the checkpoint's (epoch, step) (None
+    without one) and whether the supernet's model was written."""
+    import os
+    import signal
+    import time
+
+    import torch
+
+    cmd = ["snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), "--cores", str(cores), *targets]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    ckpt = workdir / OWS_RESUME
+    deadline = time.time() + timeout
+    while time.time() < deadline and not ckpt.exists() and proc.poll() is None:
+        time.sleep(0.05)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # mid-training: the checkpoint is there, the model not yet
+    except ProcessLookupError:  # it had ended on its own (recorded: killed_by_signal is False)
+        pass
+    proc.wait()
+    state = torch.load(ckpt, weights_only=False) if ckpt.exists() else None
+    smk(workdir, "--unlock")  # a SIGKILLed Snakemake leaves its lock (a Ctrl-C would release it)
+    return {"killed_by_signal": proc.returncode == -signal.SIGKILL,
+            "checkpoint": None if state is None else [state["epoch"], state["step"]],
+            "model_written": (workdir / "results/supernet/ows/model.pt").exists()}
+
+
+def bar_start(log: str, desc: str) -> tuple[int, int] | None:
+    """(position, total) of the first render of the tqdm bar `desc` in a job's log: where the job started (or
+    resumed); None if the bar never showed."""
+    import re
+
+    m = re.search(rf"{desc}:\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)", log)
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """A finished tiny run of every rule (both devices, all methods, the retrained and exported finalists).
@@ -90,13 +130,9 @@ def pareto_run(tiny_run, tmp_path_factory):
     device) under PRE: what a user has after the quick start, for its follow-up commands.
 
     It is made the hard way, to check resuming on the way: profiling and the LUT copied from `tiny_run`, the run
-    SIGKILLed (the whole job tree) while the OWS supernet trains, then completed with `--rerun-incomplete`. What
-    test_a_killed_run_... checks is recorded in `killed.json`."""
+    SIGKILLed (the whole job tree) while the OWS supernet trains, after its first resume checkpoint, then completed
+    with `--rerun-incomplete`. What test_a_killed_run_... checks is recorded in `killed.json`."""
     import json
-    import os
-    import shutil
-    import signal
-    import time
 
     wd = tmp_path_factory.mktemp("pareto_run")
     (wd / "config.yaml").write_text(yaml.safe_dump(PRE))
@@ -104,19 +140,11 @@ def pareto_run(tiny_run, tmp_path_factory):
         shutil.copytree(tiny_run / "results" / d, wd / "results" / d)
     lut = wd / "results/lut/synth/lut.parquet"
     before = lut.stat().st_mtime_ns
-    cmd = ["snakemake", "-s", str(SNAKEFILE), "--directory", str(wd), "--cores", "1", "results/pareto_synth.pdf"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    log = wd / "results/logs/train_ows.log"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (log.exists() and "supernet ows" in log.read_text()):
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)  # the whole job tree, mid-training: no clean-up runs
-    proc.wait()
-    killed_mid_training = not (wd / "results/supernet/ows/model.pt").exists()
-    smk(wd, "--unlock")  # a SIGKILLed Snakemake leaves its lock (a Ctrl-C would release it)
+    killed = kill_mid_ows_training(wd, "results/pareto_synth.pdf")
     r = smk(wd, "--rerun-incomplete", "results/pareto_synth.pdf", check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     (wd / "killed.json").write_text(json.dumps({
-        "killed_mid_training": killed_mid_training, "lut_kept": lut.stat().st_mtime_ns == before,
+        **killed, "lut_kept": lut.stat().st_mtime_ns == before,
+        "resumed_at": bar_start((wd / "results/logs/train_ows.log").read_text(), "supernet ows"),
         "reprofiled": any(f"rule {rule}:" in r.stdout + r.stderr for rule in ("profile", "fit_lut"))}))
     return wd

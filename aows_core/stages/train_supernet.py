@@ -59,7 +59,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         method: str = "ows", device: str | None = None, target: str | None = None, progress: bool = True,
         stop_after: int | None = None) -> dict[str, Any]:
     """Train the supernet (OWS §5, or AOWS §6 with the device's LUT and target); rank 0 writes unaries.parquet,
-    metrics.parquet and model.pt (the per-epoch checkpoints are written while training)."""
+    metrics.parquet and model.pt (and the per-epoch checkpoints, kept with the resume state while training)."""
+    import shutil
     from pathlib import Path
 
     from .. import artifacts
@@ -68,7 +69,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from ..search.targets import resolve_target
     from ..artifacts.resume import clear_resume
     from ..training.distributed import bn_description
-    from ..training.supernet import FROZEN_DESCRIPTION, LOSS_DESCRIPTION, make_sampler, train_supernet
+    from ..training.supernet import EPOCHS_DIR, FROZEN_DESCRIPTION, LOSS_DESCRIPTION, make_sampler, train_supernet
 
     if method not in ("ows", "aows"):
         raise ValueError(f"unknown method {method!r}; expected 'ows' or 'aows'")
@@ -115,6 +116,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     artifacts.write_records(res.metrics, out_dir / "metrics.parquet", "train_metrics", meta)
     artifacts.save_torch({"space": space.to_dict(), "space_hash": space.hash, "model": res.model_state,
                           "run_id": res.run_id}, out_dir / "model.pt")
+    shutil.rmtree(Path(resume_dir) / EPOCHS_DIR, ignore_errors=True)  # copied into out_dir/checkpoints
     clear_resume(Path(resume_dir) / "checkpoint.pt")
     return res.summary(E)
 

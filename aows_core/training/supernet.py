@@ -14,7 +14,9 @@ Every random choice of step k of epoch e derives from (seed, e, k), so a killed 
 config's `train:` section (`training.accelerator`, docs/method.md D29); the fp16 gradient scaler is resumed too.
 
 `train_supernet` returns a `SupernetResult`; the stage writes the artifacts and then clears the
-resume state (only rank 0 writes; `after_{n}.pt` epoch checkpoints are written here).
+resume state (only rank 0 writes). The `after_{n}.pt` epoch checkpoints are resume state until the run
+completes (`resume_dir/epochs/`), then copied into `out_dir/checkpoints/`: Snakemake deletes a killed job's
+outputs before it reruns it, and a resumed run does not redo the epochs it had finished.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from ..artifacts import current_names, read_epoch_checkpoint, save_torch
+from ..artifacts import copy_file, current_names, read_epoch_checkpoint, save_torch
 from ..config import data_spec, resume_settings, settings_hash, space_from_config
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
@@ -38,6 +41,7 @@ from .accelerator import Accelerator, accelerator
 from .distributed import Dist, average_buffers, bn_group, data_parallel, mean_metrics, process_group, update_unaries
 from .loop import Position, progress_bar, run_epochs
 
+EPOCHS_DIR = "epochs"  # the folder of the epoch checkpoints in the resume folder, until the run completes
 LOSS_DESCRIPTION = "hard-label CE(sampled configuration) - CE(max configuration), same sample and step, train-mode BN"
 FROZEN_DESCRIPTION = ("frozen weights: mean CE(configuration) - CE(max configuration) on one batch of the estimation pool, "
                       "train-mode BN over that batch, least squares of the additive model (docs/method.md D26)")
@@ -394,8 +398,9 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
     return run.acc.postfix()
 
 
-def _end_epoch(run: _Run, epoch: int, out_dir: Path) -> None:
-    """Unary rows and metrics of the epoch, the `after_{n}.pt` epoch checkpoint, estimator and sums reset.
+def _end_epoch(run: _Run, epoch: int, epochs_dir: Path) -> None:
+    """Unary rows and metrics of the epoch, the `after_{n}.pt` epoch checkpoint (in `epochs_dir`, resume state until
+    the run completes), estimator and sums reset.
 
     The last epoch of a frozen-unaries run ends with an estimation pass on the final weights (D26): OWS's of
     supernet.estimate_configs uniform configurations, AOWS's of aows.final_configs."""
@@ -419,7 +424,7 @@ def _end_epoch(run: _Run, epoch: int, out_dir: Path) -> None:
         "metrics": run.metrics,
     }
     if run.ddp.main:
-        save_torch(epoch_state, out_dir / "checkpoints" / f"after_{epoch + 1}.pt")
+        save_torch(epoch_state, epochs_dir / f"after_{epoch + 1}.pt")
     if run.method == "ows":
         run.estimator.reset()
     run.acc = EpochAccumulator()
@@ -433,11 +438,15 @@ def train(config: Mapping[str, Any], out_dir: Path, resume_dir: Path, *, method:
     torch.set_num_threads(training_threads(config, method))
     run = _setup(config, space, method, sampler, device, target, ddp)
     ckpt_path = resume_dir / "checkpoint.pt"
+    epochs_dir = resume_dir / EPOCHS_DIR
     state = load_resume(ckpt_path, run.run_id)
     if state is not None:
         _restore(run, state)
-    elif method == "aows":
-        _warm_start(run, read_epoch_checkpoint(init_from, space, completed_epochs=run.W))
+    else:
+        if ddp.main:
+            shutil.rmtree(epochs_dir, ignore_errors=True)  # epoch checkpoints of a run started afresh
+        if method == "aows":
+            _warm_start(run, read_epoch_checkpoint(init_from, space, completed_epochs=run.W))
     run.net = data_parallel(run.model, ddp)  # DDP broadcasts rank 0's parameters when built (identical by construction)
 
     def save() -> None:
@@ -453,9 +462,13 @@ def train(config: Mapping[str, Any], out_dir: Path, resume_dir: Path, *, method:
     complete = run_epochs(
         run.pos, epochs=run.E, steps=run.steps,
         batches=lambda e, s: run.splits.train_batches(e, start_step=s, rank=ddp.rank, world_size=ddp.world),
-        step=lambda x, y: _step(run, x, y), end_epoch=lambda e: _end_epoch(run, e, out_dir), save=save,
+        step=lambda x, y: _step(run, x, y), end_epoch=lambda e: _end_epoch(run, e, epochs_dir), save=save,
         checkpoint_every=int(sn["checkpoint_every"]), stop_after=stop_after, bar=bar, start_epoch=start_epoch,
     )
+    if complete and ddp.main:  # every epoch's checkpoint, also those of epochs finished before a kill
+        for n in range(1, run.E + 1):
+            if (epochs_dir / f"after_{n}.pt").exists():
+                copy_file(epochs_dir / f"after_{n}.pt", out_dir / "checkpoints" / f"after_{n}.pt")
     return SupernetResult(complete=complete, epoch=run.pos.epoch, step=run.pos.step, rows=run.rows,
                           metrics=run.metrics, model_state=run.model.state_dict() if complete else None,
                           run_id=run.run_id, sampler_scale=None if sampler is None else sampler.s, world=ddp.world,

@@ -267,3 +267,34 @@ def test_every_space_is_timed_in_one_form():
              .fingerprint()["form"] for p in ("mobilenet_v1_fmnist", "resnet_fmnist", "mobilenet_v2_fmnist")}
     assert forms == {TIMING_FORM} and "mobilenet" not in TIMING_FORM
 
+
+@pytest.mark.parametrize("preset", ["resnet_fmnist", "mobilenet_v2_fmnist"])
+def test_onnxruntime_times_a_residual_network_torch_computes_and_wider_is_slower(preset):
+    """The onnxruntime device on a residual space (basic blocks; inverted residuals): the graph it times, fed the
+    timing pool's weights, computes what torch's deployment-form network of those weights computes (residual adds,
+    projected shortcuts, strides, ReLU6), unoptimised and fully optimised; and its latency grows with width."""
+    space = get_space(preset)
+    assert not space.is_chain
+    fast = get_device(spec("onnxruntime", graph_optimization="disable"), space, 0)
+    opt = get_device(spec("onnxruntime", graph_optimization="all"), space, 0)
+    pool, off = fast.graphs.pool, fast.graphs.offsets
+    x = torch.from_numpy(fast.x)
+    outs = []
+    for cfg in (space.min_config, space.max_config, random_config(space, np.random.default_rng(7))):
+        net = Network(space, cfg, bn=False, init=False).eval()
+        state = {n: torch.from_numpy(pool[off[n] : off[n] + int(np.prod(s))].reshape(s).copy())
+                 for n, s in param_shapes(space, cfg)}
+        net.load_state_dict(state, strict=True)  # every parameter of the torch network comes from the pool
+        with torch.no_grad():
+            ref = net(x).numpy()
+        scale = float(np.abs(ref).max())
+        assert ref.shape == (1, space.num_classes) and scale > 0
+        out = fast.session(cfg).run(None, {"input": fast.x})[0]
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * scale)
+        np.testing.assert_allclose(opt.session(cfg).run(None, {"input": opt.x})[0], ref, rtol=1e-3, atol=1e-3 * scale)
+        outs.append(out)
+    assert not np.allclose(outs[0], outs[1])  # the widths reach the graph
+    assert network_macs(space, space.max_config) > 10 * network_macs(space, space.min_config)
+    lo = np.median(opt.measure(space.min_config, 7, 1, 0).samples)
+    hi = np.median(opt.measure(space.max_config, 7, 1, 0).samples)
+    assert hi > 1.5 * lo, (lo, hi)

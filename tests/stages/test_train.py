@@ -1,6 +1,8 @@
 """Supernet training: artifacts, exact resume after a kill, AOWS warm start from OWS, bad input."""
 
 import json
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,31 +71,61 @@ def test_ows_writes_unaries_metrics_and_checkpoints(ows):
 
 
 def test_resume_after_a_stop_ends_exactly_like_an_uninterrupted_run(ows, tmp_path):
+    """Stopped twice (the second time in epoch 1, after the first epoch checkpoint) and its output folder deleted
+    in between, as Snakemake deletes an incomplete job's outputs before it reruns it: the resumed run ends with the
+    uninterrupted run's weights, unaries and every epoch checkpoint (AOWS starts from `after_W.pt`).
+    Regression: the epoch checkpoints of the epochs done before the stop were lost with the outputs, so Snakemake
+    failed the resumed job (MissingOutputException)."""
     cfg, d = ows
     r = train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="ows", progress=False, stop_after_steps=5)
     assert not r["complete"] and not (tmp_path / "out/unaries.parquet").exists()
     r = train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="ows", progress=False, stop_after_steps=7)
+    assert not r["complete"] and (r["epoch"], r["step"]) == (1, 4)
+    shutil.rmtree(tmp_path / "out", ignore_errors=True)
     train_supernet(cfg, tmp_path / "out", tmp_path / "resume", method="ows", progress=False)
     assert _same_weights(_weights(d / "out/model.pt"), _weights(tmp_path / "out/model.pt"))
     a = io.read_table(d / "out/unaries.parquet", "unaries")[0].to_pylist()
     b = io.read_table(tmp_path / "out/unaries.parquet", "unaries")[0].to_pylist()
     assert a == b
+    for n in (1, 2, 3):
+        assert _same_weights(_weights(d / f"out/checkpoints/after_{n}.pt"),
+                             _weights(tmp_path / f"out/checkpoints/after_{n}.pt")), n
+    assert not (tmp_path / "resume").exists()  # and its resume state is gone
+
+
+def _bar_start(stderr: str, desc: str) -> tuple[int, int]:
+    """(position, total) of the first render of a tqdm bar `desc`: the step a run starts (or resumes) from."""
+    m = re.search(rf"{desc}:\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)", stderr)
+    assert m is not None, stderr[-2000:]
+    return int(m.group(1)), int(m.group(2))
 
 
 def test_sigkilled_training_resumes_to_the_same_weights(ows, tmp_path):
+    """SIGKILLed mid-training (no clean-up runs), the job resumes from its last checkpoint, not from step 0, and ends
+    with the weights and unaries of the uninterrupted run."""
     cfg, d = ows
     cmd = [sys.executable, "-m", "aows_core.cli", "train-supernet", "--config-json", json.dumps(TINY), "--method", "ows",
-           "--out-dir", str(tmp_path / "out"), "--resume-dir", str(tmp_path / "resume"), "--quiet"]
-    proc = subprocess.Popen(cmd)
+           "--out-dir", str(tmp_path / "out"), "--resume-dir", str(tmp_path / "resume")]
+    proc = subprocess.Popen([*cmd, "--quiet"])
     ckpt = tmp_path / "resume/checkpoint.pt"
     deadline = time.time() + 120
     while time.time() < deadline and not ckpt.exists():
         time.sleep(0.02)
     time.sleep(float(np.random.default_rng().uniform(0, 1.0)))
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    subprocess.run(cmd, check=True)
+    assert proc.wait() == -signal.SIGKILL  # the kill ended it, not the end of its work
+    # the kill landed mid-work: a resume checkpoint of an unfinished run, and no output
+    assert not (tmp_path / "out/model.pt").exists() and not (tmp_path / "out/unaries.parquet").exists()
+    state = torch.load(ckpt, weights_only=False)
+    steps, total = 256 // 32, 3 * 256 // 32  # TINY: 8 steps an epoch, 3 epochs
+    done = state["epoch"] * steps + state["step"]
+    assert 3 <= done < total, (state["epoch"], state["step"])  # at least the first checkpoint (every 3 steps)
+    r = subprocess.run(cmd, check=True, capture_output=True, text=True)  # with its progress bar
+    assert _bar_start(r.stderr, "supernet ows") == (done, total)  # it resumed from that checkpoint
+    assert not ckpt.exists()  # and cleared it when done
     assert _same_weights(_weights(d / "out/model.pt"), _weights(tmp_path / "out/model.pt"))
+    a = io.read_table(d / "out/unaries.parquet", "unaries")[0].to_pylist()
+    assert a == io.read_table(tmp_path / "out/unaries.parquet", "unaries")[0].to_pylist()
 
 
 def _flops_lut(space, path):

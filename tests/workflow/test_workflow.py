@@ -1,6 +1,8 @@
 """The Snakemake workflow: lint, formatting, dry-runs, and a tiny end-to-end run on the synthetic device."""
 
 import json
+import re
+import shutil
 import subprocess
 
 import pytest
@@ -9,7 +11,8 @@ import yaml
 import torch
 
 from aows_core import artifacts as io
-from tiny_workflow import RETRAINED, ROOT, SNAKEFILE, TINY, copy_run, planned, smk
+from tiny_workflow import (PRE, RETRAINED, ROOT, SNAKEFILE, TINY, bar_start, copy_run, kill_mid_ows_training,
+                           planned, smk)
 
 pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
 
@@ -199,10 +202,48 @@ def test_second_run_does_nothing_and_a_setting_reruns_only_its_stages(tiny_run):
 def test_a_killed_run_completes_with_rerun_incomplete_without_redoing_finished_stages(pareto_run):
     """The quick-start-like run was SIGKILLed mid-training and completed with --rerun-incomplete (conftest)."""
     killed = json.loads((pareto_run / "killed.json").read_text())
-    assert killed["killed_mid_training"]  # the OWS supernet had not finished when the job tree died
+    # the kill landed mid-training: it ended Snakemake, the OWS supernet had written a resume checkpoint, not its model
+    assert killed["killed_by_signal"] and not killed["model_written"] and killed["checkpoint"] is not None
+    epoch, step = killed["checkpoint"]
+    steps = PRE["data"]["train_subset"] // PRE["supernet"]["batch_size"]  # an epoch's steps
+    total = PRE["supernet"]["epochs"] * steps
+    assert 0 < epoch * steps + step < total
+    # the rerun's job resumed from that checkpoint (its progress bar starts there), not from step 0
+    assert killed["resumed_at"] == [epoch * steps + step, total]
     assert killed["lut_kept"] and not killed["reprofiled"]  # profiling and the LUT were not redone
     assert (pareto_run / "results/pareto_synth.pdf").exists()
     assert [p for p in (pareto_run / "results/.resume").rglob("*") if p.is_file()] == []
+
+
+def test_a_killed_run_resumed_by_snakemake_ends_with_the_artifacts_of_an_uninterrupted_run(tiny_run, tmp_path):
+    """Part of the tiny run (the OWS supernet, a decision from it, a uniform finalist retrained beside it), SIGKILLed
+    (the whole job tree) mid-way through the supernet's training and completed with `--rerun-incomplete`, ends with
+    exactly tiny_run's artifacts: every column but the wall-clock ones, every tensor (test_golden's digest). The
+    profiling and the LUT are copied from tiny_run, as for pareto_run, to keep it short."""
+    from test_golden import digest
+
+    wd = tmp_path / "killed"
+    wd.mkdir()
+    (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
+    for d in ("latency", "lut"):
+        shutil.copytree(tiny_run / "results" / d, wd / "results" / d)
+    targets = ["results/decisions/synth/ows/range:0.3.parquet",
+               "results/retrain/synth/uniform/range:0.3/seed0/result.parquet"]
+    killed = kill_mid_ows_training(wd, *targets, cores=2)
+    assert killed["killed_by_signal"] and not killed["model_written"] and killed["checkpoint"] is not None
+    r = smk(wd, "--rerun-incomplete", *targets, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = TINY["data"]["train_subset"] // TINY["supernet"]["batch_size"]
+    epoch, step = killed["checkpoint"]
+    resumed_at = bar_start((wd / "results/logs/train_ows.log").read_text(), "supernet ows")
+    assert resumed_at == (epoch * steps + step, TINY["supernet"]["epochs"] * steps) and resumed_at[0] > 0
+    made, fresh = digest(wd), digest(tiny_run)
+    made = {p: h for p, h in made.items() if not p.startswith(("results/latency/", "results/lut/"))}
+    ows = [f"results/supernet/ows/{f}" for f in ("unaries.parquet", "metrics.parquet", "model.pt",
+                                                    "checkpoints/after_1.pt", "checkpoints/after_2.pt")]
+    assert set(ows + targets) <= set(made), sorted(made)
+    assert [p for p, h in made.items() if h != fresh.get(p)] == []  # the artifacts that differ
+    assert [p for p in (wd / "results/.resume").rglob("*") if p.is_file()] == []
 
 
 def test_report_holds_every_plot_with_its_caption(tiny_run):
@@ -280,9 +321,17 @@ def test_a_forced_rerun_of_profile_times_every_network_again(tiny_run, tmp_path)
     # the target first: `--forcerun` takes every rule name after it, a target there would be read as one
     r = smk(wd, "results/latency/synth.parquet", "--forcerun", "profile", check=False)
     assert r.returncode == 0, r.stderr[-2000:]
-    new, _ = io.read_table(wd / "results/latency/synth.parquet", "latency")
-    assert new.num_rows == old.num_rows
-    assert new.column("t_start_s").to_pylist() != old.column("t_start_s").to_pylist()  # timed anew
+    new, meta = io.read_table(wd / "results/latency/synth.parquet", "latency")
+    assert new.column("job").to_pylist() == old.column("job").to_pylist()
+    # every network timed again, none replayed from a journal: the session's bar starts at job 0 (a resumed one
+    # starts at the jobs it replays), and every start time lies within this session's wall time (a replayed one
+    # is measured from the old session's first job, long before)
+    log = (wd / "results/logs/profile_synth.log").read_text()
+    start = re.search(r"profile synth:\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)", log)
+    assert start is not None and int(start.group(1)) == 0, log[-2000:]
+    t = new.column("t_start_s").to_pylist()
+    assert min(t) == 0 and max(t) <= meta["session_wall_s"], (max(t), meta["session_wall_s"])
+    assert t != old.column("t_start_s").to_pylist()  # timed anew, not the old session's times
     assert not (wd / "results/.resume/profile_synth.jsonl").exists()
     out = r.stdout + r.stderr
     assert out.count("rule profile:") == 1 and "rule fit_lut:" not in out  # that job, and only that one
