@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from aows_core import artifacts as io
-from aows_core.config import data_spec, net_key, space_from_config, validate
+from aows_core.config import net_key, space_from_config, validate
 from aows_core.data import load_splits, shard_bounds as _shard
 from aows_core.nets.network import Network
 from aows_core.nets.supernet import Supernet
@@ -270,13 +270,17 @@ class _Recording:
 def _retrain(rank: int, world: int, resume: str, stop_after: int | None = None, micro_batch: int | None = None,
              sync_bn: bool = False):
     """`train_network` of the min network in this rank's place; the result and the batches it read."""
-    from aows_core.training.retrain import train_network
+    from aows_core.config import resolve, resume_settings
+    from aows_core.training.loop import RunControl
+    from aows_core.training.retrain import RetrainJob, run_id, train_network
 
     cfg = validate({**RETRAIN, "retrain": {**RETRAIN["retrain"], "micro_batch": micro_batch, "sync_bn": sync_bn}})
-    space = space_from_config(cfg)
-    splits = _Recording(load_splits(data_spec(cfg, "retrain")))
-    res = train_network(cfg, space, space.min_config, splits, resume, Accelerator(torch.device("cpu"), "fp32"),
-                        progress=False, stop_after=stop_after, ddp=Dist(rank, world))
+    s = resolve(cfg)
+    space, channels = s.space, tuple(s.space.min_config)
+    splits = _Recording(load_splits(s.data_spec("retrain")))
+    job = RetrainJob(channels, s.seed, run_id(resume_settings(cfg, "retrain"), channels))
+    res = train_network(s.retrain, space, job, splits, Accelerator(torch.device("cpu"), "fp32"),
+                        RunControl(resume, False, stop_after), ddp=Dist(rank, world))
     return res, splits.seen
 
 
