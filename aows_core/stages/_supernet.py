@@ -19,10 +19,10 @@ if TYPE_CHECKING:
 def launch_scoring(command: str, config: Mapping[str, Any], args: argparse.Namespace, dests: Sequence[str]) -> bool:
     """With greedy.processes = N > 1 outside torchrun: run `command` as N processes of greedy.threads threads each;
     True if it did."""
-    from ..config import resolve
+    from ..config import GreedySettings
     from . import forward_options, torchrun
 
-    greedy = resolve(config).greedy
+    greedy = GreedySettings.from_mapping(config["greedy"])  # the launcher needs no space
     n = int(greedy.processes)
     if not (n > 1 and "RANK" not in os.environ):
         return False

@@ -41,9 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
     """With retrain.processes = N > 1 outside torchrun: run this command as N processes; True if it did."""
-    from ..config import resolve
+    from ..config import RetrainSettings
 
-    rt = resolve(config).retrain
+    rt = RetrainSettings.from_mapping(config["retrain"])  # the launcher needs no space
     n = int(rt.processes)
     if args.print_launch and n == 1:
         print("retrain.processes = 1: the command trains in its own process (nothing to launch)")

@@ -42,11 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
     """With supernet.processes = N > 1 outside torchrun: run this command as N processes; True if it did."""
-    from ..config import resolve
+    from ..config import AowsSettings, SupernetSettings
     from ..training.supernet import training_threads
 
-    settings = resolve(config)
-    sn = settings.supernet
+    sn = SupernetSettings.from_mapping(config["supernet"])  # the launcher needs no space
     n = int(sn.processes)
     if args.print_launch and n == 1:
         print("supernet.processes = 1: the command trains in its own process (nothing to launch)")
@@ -57,8 +56,8 @@ def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
         raise ValueError(f"supernet.batch_size = {sn.batch_size} is not divisible by supernet.processes = {n}")
     argv = forward_options(args, ("method", "out_dir", "resume_dir", "lut", "device", "target", "init_from",
                                   "stop_after", "quiet"))
-    torchrun(COMMAND, config, argv, n, training_threads(settings, args.method), int(sn.nodes),
-             print_only=args.print_launch)
+    threads = training_threads(sn, AowsSettings.from_mapping(config["aows"]), args.method)
+    torchrun(COMMAND, config, argv, n, threads, int(sn.nodes), print_only=args.print_launch)
     return True
 
 

@@ -4,7 +4,7 @@ Initialisation derives from the run's seed, data order and augmentation from (se
 the splits' batch seed (`DataSpec.batch_seed`; the splits themselves always come from the config's
 top-level seed, whatever the run's seed), so a run killed at any step and resumed
 from its last checkpoint (`artifacts.resume`, outside the declared outputs) ends with the same
-weights as an uninterrupted one. Device and precision: the config's `train:` section
+weights as an uninterrupted one. Device and precision: the `train:` settings
 (`training.accelerator`, docs/method.md D29), forwards under torch.autocast, fp16 with a gradient scaler
 resumed with the rest. With `retrain.processes` = N > 1 (torchrun, `training.distributed`, docs/method.md
 D30) rank r trains on its shard of every global batch, DistributedDataParallel averages the gradients, BatchNorm

@@ -11,7 +11,7 @@ from the OWS checkpoint after W epochs (D21); then configurations come from the 
 marginals at the current γ and temperature T(u) (supplementary B).
 Every random choice of step k of epoch e derives from (seed, e, k), so a killed run resumes exactly
 (`training.loop`, `artifacts.resume`). Data parallel: `training.distributed`. Device and precision: the
-config's `train:` section (`training.accelerator`, docs/method.md D29); the fp16 gradient scaler is resumed too.
+`train:` settings (`training.accelerator`, docs/method.md D29); the fp16 gradient scaler is resumed too.
 
 `train_supernet` returns a `SupernetResult`; the stage writes the artifacts and then clears the
 resume state (only rank 0 writes; `after_{n}.pt` epoch checkpoints are written here).
@@ -70,9 +70,9 @@ class SupernetJob:
         return run_id(self.settings_key, self.method, self.device, self.target)
 
 
-def training_threads(settings: Settings, method: str) -> int:
+def training_threads(supernet: SupernetSettings, aows: AowsSettings, method: str) -> int:
     """torch intra-op threads of a supernet run: supernet.threads for OWS, aows.threads for each AOWS run."""
-    return int((settings.supernet if method == "ows" else settings.aows).threads)
+    return int((supernet if method == "ows" else aows).threads)
 
 
 def make_sampler(settings: Settings, x: np.ndarray, target_value: float):
@@ -460,7 +460,7 @@ def _end_epoch(run: _Run, epoch: int, out_dir: Path) -> None:
 
 def train(settings: Settings, out_dir: Path, job: SupernetJob, control: RunControl, ddp: Dist) -> SupernetResult:
     """The training loop of `train_supernet` on this rank (the sampler is AOWS's, None for OWS)."""
-    torch.set_num_threads(training_threads(settings, job.method))
+    torch.set_num_threads(training_threads(settings.supernet, settings.aows, job.method))
     run = _setup(settings, job, ddp)
     ckpt_path = control.resume_dir / "checkpoint.pt"
     state = load_resume(ckpt_path, run.run_id)
