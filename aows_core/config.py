@@ -17,12 +17,15 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 import jsonschema
 import yaml
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .space import SearchSpace
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
 
@@ -636,7 +639,7 @@ class SpaceSettings(Section):
     first_stride: int | None = None
     n_choices: int | None = None
 
-    def build(self):
+    def build(self) -> SearchSpace:
         """The SearchSpace these settings describe."""
         from .space import get_space
 
@@ -841,7 +844,7 @@ class Settings:
     the devices' settings and one frozen object per section. Lower layers take this object or the sections they need."""
 
     seed: int
-    space: Any  # the SearchSpace of `space:`
+    space: SearchSpace  # built from `space:` (`SpaceSettings.build`)
     devices: Mapping[str, Mapping[str, Any]]
     data: DataSettings = DataSettings()
     sampling: SamplingSettings = SamplingSettings()
