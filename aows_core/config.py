@@ -9,18 +9,23 @@ fails in the same way at parse time and when a stage is called directly. Imports
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 import jsonschema
 import yaml
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .space import SearchSpace
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
 
@@ -55,6 +60,10 @@ class ConfigError(ValueError):
     """A configuration key or value the schema refuses."""
 
 
+# The unit each kind of target is in: an absolute target's device unit, None for a relative one (`range:`).
+TARGET_UNITS: dict[str, str | None] = {"ms": "ms", "mflops": "MMAC", "range": None}
+
+
 @dataclass(frozen=True)
 class Target:
     """A parsed target string: kind ∈ {ms, mflops, range} and its number."""
@@ -66,7 +75,17 @@ class Target:
     @property
     def unit(self) -> str | None:
         """The unit an absolute target is in (None for a relative one)."""
-        return {"ms": "ms", "mflops": "MMAC"}.get(self.kind)
+        return TARGET_UNITS[self.kind]
+
+    @property
+    def is_relative(self) -> bool:
+        """A share r of a device's latency range (`range:r`), not a number in its unit."""
+        return self.unit is None
+
+    def resolve(self, lo: float, hi: float) -> float:
+        """The target in its device's unit, given the range [L_min, L_max] a relative target is a share of: an absolute
+        target's number, or L_min + r·(L_max − L_min)."""
+        return lo + self.value * (hi - lo) if self.is_relative else self.value
 
 
 def parse_target(text: str) -> Target:
@@ -78,10 +97,10 @@ def parse_target(text: str) -> Target:
             f"'325mflops' (the flops device), or a relative one like 'range:0.3' (0 = fastest, 1 = slowest network)"
         )
     kind = next(k for k, v in m.groupdict().items() if v is not None)
-    value = float(m.group(kind))
-    if kind == "range" and not 0.0 <= value <= 1.0:
+    target = Target(str(text).strip(), kind, float(m.group(kind)))
+    if target.is_relative and not 0.0 <= target.value <= 1.0:
         raise ValueError(f"relative target {text!r} must lie in range:0 … range:1 (0 = fastest, 1 = slowest network)")
-    return Target(str(text).strip(), kind, value)
+    return target
 
 
 # ------------------------------------------------------------------------------------------ device backends
@@ -312,8 +331,7 @@ def _subset_errors(cfg: Mapping) -> list[str]:
 
 def retrain_subset(config: Mapping[str, Any]) -> int | None:
     """The training images the finalists retrain on: retrain.train_subset (null → data.train_subset; all → None)."""
-    n = config["retrain"]["train_subset"]
-    return config["data"]["train_subset"] if n is None else None if n == "all" else int(n)
+    return RetrainSettings.from_mapping(config["retrain"]).images(DataSettings.from_mapping(config["data"]))
 
 
 def _train_errors(cfg: Mapping) -> list[str]:
@@ -437,11 +455,8 @@ def parse_net_key(text: str) -> list[int]:
 
 
 def space_from_config(config: Mapping):
-    """The SearchSpace a validated config describes."""
-    from .space import get_space
-
-    s = dict(config["space"])
-    return get_space(s.pop("preset"), **s)
+    """The SearchSpace a validated config describes (a stage reads it once, with the rest: `resolve`)."""
+    return SpaceSettings.from_mapping(config["space"]).build()
 
 
 # ---------------------------------------------------------------------------------------- methods
@@ -536,15 +551,332 @@ def data_spec(config: Mapping[str, Any], section: str | None = "supernet", train
     """The DataSpec of a validated config: training batches of `section` ("supernet" or "retrain"), or
     (section None) just the dataset, for reading test images. The splits always come from the top-level
     seed; `train_seed` (a retraining seed) reseeds only the batches' order and augmentation."""
-    d, seed = config["data"], int(config["seed"])
-    if section is None:
-        return DataSpec(name=d["dataset"], root=d["root"], download=d["download"], seed=seed)
-    s = config[section]
+    batches = None if section is None else SECTIONS[section].from_mapping(config[section])
+    return _data_spec(int(config["seed"]), DataSettings.from_mapping(config["data"]), batches, train_seed)
+
+
+def _data_spec(seed: int, d: "DataSettings", batches: "SupernetSettings | RetrainSettings | None",
+               train_seed: int | None) -> DataSpec:
+    """`data_spec` from the resolved sections: the dataset of `d`, the batches of `batches` (None: the dataset only)."""
+    if batches is None:
+        return DataSpec(name=d.dataset, root=d.root, download=d.download, seed=seed)
     return DataSpec(
-        name=d["dataset"], root=d["root"], download=d["download"], search_val=d["search_val"],
-        calibration=d["calibration"], batch_size=s["batch_size"],
-        train_subset=retrain_subset(config) if section == "retrain" else d["train_subset"],
-        seed=seed, train_seed=None if train_seed is None or int(train_seed) == seed else int(train_seed),
-        channels_last=s["channels_last"], num_workers=d["num_workers"], prefetch_factor=d["prefetch_factor"],
-        augment=s["augment"],
+        name=d.dataset, root=d.root, download=d.download, search_val=d.search_val, calibration=d.calibration,
+        batch_size=batches.batch_size, train_subset=batches.images(d), seed=seed,
+        train_seed=None if train_seed is None or int(train_seed) == seed else int(train_seed),
+        channels_last=batches.channels_last, num_workers=d.num_workers, prefetch_factor=d.prefetch_factor,
+        augment=batches.augment,
     )
+
+
+# ------------------------------------------------------------------------------------ resolved settings
+# Each section of the schema as a frozen object, built once from a validated config at a stage's boundary (`resolve`);
+# lower layers take these objects, never the config dict. Their fields are the schema's properties, with its defaults
+# (tests/test_config.py checks both), so that a test or a library user can build one directly. Values are kept as the
+# validated config holds them (lists as tuples, mappings read-only); `to_dict` gives the section back as a plain dict
+# (provenance metadata, the timing protocol's identity). The Snakemake rules' settings hashes (`stage_settings`,
+# `settings_hash`) and the resume identities stay computed from the config dict.
+def _frozen(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    return value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _no_targets() -> Mapping[str, tuple[str, ...]]:
+    return MappingProxyType({})
+
+
+class Section:
+    """A config section as a frozen dataclass (mixin of the sections below)."""
+
+    name: ClassVar[str]  # the schema's key of the section
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]):
+        """The section of a validated config (`config[name]`); an unknown key is refused, naming the allowed ones."""
+        known = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(set(mapping) - set(known))
+        if unknown:
+            raise ConfigError(f"config key {cls.name}: unknown key(s) {unknown}; allowed keys: {sorted(known)}")
+        return cls(**{k: _frozen(v) for k, v in mapping.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as the validated config holds it (plain lists and dicts)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+    def replace(self, **changes: Any):
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **{k: _frozen(v) for k, v in changes.items()})  # type: ignore[type-var]
+
+
+class _Targets:
+    """The target lists of a section (`targets`, `device_targets`)."""
+
+    targets: tuple[str, ...]
+    device_targets: Mapping[str, tuple[str, ...]]
+
+    def targets_for(self, device: str) -> list[str]:
+        """The target strings of a device: its own list, else the common one."""
+        return list(self.device_targets.get(device, self.targets))
+
+
+@dataclass(frozen=True)
+class SpaceSettings(Section):
+    """`space`: a preset and the parameters that override it (None keeps the preset's)."""
+
+    name: ClassVar[str] = "space"
+    preset: str = "mobilenet_v1_fmnist"
+    resolution: int | None = None
+    in_channels: int | None = None
+    num_classes: int | None = None
+    width_mult: float | None = None
+    first_stride: int | None = None
+    n_choices: int | None = None
+
+    def build(self) -> SearchSpace:
+        """The SearchSpace these settings describe."""
+        from .space import get_space
+
+        params = self.to_dict()
+        return get_space(params.pop("preset"), **params)
+
+
+@dataclass(frozen=True)
+class DataSettings(Section):
+    """`data`: the dataset and its splits (§7)."""
+
+    name: ClassVar[str] = "data"
+    dataset: str = "fashion_mnist"
+    root: str | None = None
+    download: bool = False
+    search_val: int = 1000
+    calibration: int = 256
+    train_subset: int | None = 10000
+    num_workers: int = 0
+    prefetch_factor: int = 2
+
+
+@dataclass(frozen=True)
+class SamplingSettings(Section):
+    """`sampling`: which configurations are profiled (§4, supplementary A)."""
+
+    name: ClassVar[str] = "sampling"
+    coverage: int = 8
+    lambda_val: int = 100
+    test: int = 200
+    anchors: bool = True
+
+
+@dataclass(frozen=True)
+class ProfilingSettings(Section):
+    """`profiling`: the timing protocol (§4, D27), shared by profile, verify and measure."""
+
+    name: ClassVar[str] = "profiling"
+    repeats: int = 30
+    min_time_ms: float = 110
+    warmup: int = 1
+    statistic: str = "min"
+    chunks: int = 5
+    reference_share: float = 0.4
+    max_noise: str | float = "auto"
+    retime: float = 0.1
+    retest: int = 50
+    checkpoint_every: int = 10
+
+
+@dataclass(frozen=True)
+class LutSettings(Section):
+    """`lut`: the grids and ridge of the latency table's fit (§4, D38, D39)."""
+
+    name: ClassVar[str] = "lut"
+    lambdas: tuple[float, ...] = (0.0, 1.0e-4, 1.0e-3, 1.0e-2, 1.0e-1, 1.0, 10.0)
+    smoothness: tuple[float, ...] = (0.0, 1.0, 10.0, 100.0)
+    link_knots: tuple[float, ...] = (0.8, 0.9, 0.95)
+    ridge: float = 1.0e-6
+
+
+@dataclass(frozen=True)
+class DecodeSettings(Section, _Targets):
+    """`decode`: the targets and the constrained decode (§5)."""
+
+    name: ClassVar[str] = "decode"
+    targets: tuple[str, ...] = ("range:0.1", "range:0.25", "range:0.4")
+    device_targets: Mapping[str, tuple[str, ...]] = field(default_factory=_no_targets)
+    exact: bool = True
+    unvisited: str = "exclude"
+
+
+@dataclass(frozen=True)
+class VerifySettings(Section):
+    """`verify`: every decision timed on its device and the table refitted around it (D36)."""
+
+    name: ClassVar[str] = "verify"
+    max_rounds: int = 8
+    tolerance: float = 0.025
+    rounds: int = 3
+    weight: int = 20
+
+
+@dataclass(frozen=True)
+class TrainSettings(Section):
+    """`train`: where and in what precision the training stages run (D29)."""
+
+    name: ClassVar[str] = "train"
+    device: str = "auto"
+    precision: str = "fp32"
+    deterministic: bool = False
+
+
+@dataclass(frozen=True)
+class SupernetSettings(Section):
+    """`supernet`: slimmable supernet training with the sandwich rule (§3, §5, §6)."""
+
+    name: ClassVar[str] = "supernet"
+    epochs: int = 6
+    batch_size: int = 128
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 4.0e-5
+    label_smoothing: float = 0.0
+    n_random: int = 1
+    channels_last: bool = True
+    augment: bool = True
+    threads: int = 2
+    unaries: str = "frozen"
+    estimate_configs: int = 800
+    estimate_batch: int = 128
+    estimate_images: int = 1024
+    checkpoint_every: int = 50
+    processes: int = 1
+    sync_bn: bool = False
+    nodes: int = 1
+
+    def images(self, data: DataSettings) -> int | None:
+        """The training images of the search: data.train_subset (None: the whole split)."""
+        return data.train_subset
+
+
+@dataclass(frozen=True)
+class AowsSettings(Section, _Targets):
+    """`aows`: adaptive sampling (§6, supplementary B)."""
+
+    name: ClassVar[str] = "aows"
+    targets: tuple[str, ...] = ("range:0.1", "range:0.25", "range:0.4")
+    device_targets: Mapping[str, tuple[str, ...]] = field(default_factory=_no_targets)
+    warmup_epochs: int = 4
+    sampling: str = "per_node"
+    unbound: str = "target"
+    temperature_scale: str | float = "auto"
+    refresh: int = 34
+    estimate_configs: int = 80
+    final_configs: int = 400
+    threads: int = 1
+    window: int = 2000
+    unvisited: str = "pessimistic"
+
+
+@dataclass(frozen=True)
+class GreedySettings(Section):
+    """`greedy`: the AutoSlim baseline's scoring (§3)."""
+
+    name: ClassVar[str] = "greedy"
+    n_eval: int = 500
+    n_cal: int = 128
+    batch_size: int = 250
+    threads: int = 1
+    processes: int = 1
+
+
+@dataclass(frozen=True)
+class RetrainSettings(Section):
+    """`retrain`: retraining a decided network from scratch (§7)."""
+
+    name: ClassVar[str] = "retrain"
+    epochs: int = 2
+    batch_size: int = 128
+    lr: float = 0.1
+    warmup_epochs: float = 0.5
+    momentum: float = 0.9
+    weight_decay: float = 4.0e-5
+    label_smoothing: float = 0.1
+    train_subset: int | str | None = None
+    threads: int = 1
+    checkpoint_every: int = 50
+    eval_batch_size: int = 500
+    processes: int = 1
+    sync_bn: bool = False
+    nodes: int = 1
+    micro_batch: int | None = None
+    channels_last: bool = True
+    augment: bool = False
+    seeds: tuple[int, ...] | None = (0, 1, 2)
+
+    def images(self, data: DataSettings) -> int | None:
+        """The training images the finalists retrain on: train_subset (None → data.train_subset; all → None)."""
+        n = self.train_subset
+        return data.train_subset if n is None else None if n == "all" else int(n)
+
+
+@dataclass(frozen=True)
+class MeasureSettings(Section):
+    """`measure`: timing the finalists on their device (§7)."""
+
+    name: ClassVar[str] = "measure"
+    rounds: int = 5
+    on_fingerprint_mismatch: str = "error"
+
+
+SECTIONS: dict[str, type[Section]] = {c.name: c for c in (
+    SpaceSettings, DataSettings, SamplingSettings, ProfilingSettings, LutSettings, DecodeSettings, VerifySettings,
+    TrainSettings, SupernetSettings, AowsSettings, GreedySettings, RetrainSettings, MeasureSettings)}
+"""Every section of the schema but `seed` and `devices`, by its key."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A validated config resolved once, at a stage's boundary (`resolve`): the seed, the search space (built once),
+    the devices' settings and one frozen object per section. Lower layers take this object or the sections they need."""
+
+    seed: int
+    space: SearchSpace  # built from `space:` (`SpaceSettings.build`)
+    devices: Mapping[str, Mapping[str, Any]]
+    data: DataSettings = DataSettings()
+    sampling: SamplingSettings = SamplingSettings()
+    profiling: ProfilingSettings = ProfilingSettings()
+    lut: LutSettings = LutSettings()
+    decode: DecodeSettings = DecodeSettings()
+    verify: VerifySettings = VerifySettings()
+    train: TrainSettings = TrainSettings()
+    supernet: SupernetSettings = SupernetSettings()
+    aows: AowsSettings = AowsSettings()
+    greedy: GreedySettings = GreedySettings()
+    retrain: RetrainSettings = RetrainSettings()
+    measure: MeasureSettings = MeasureSettings()
+
+    def device(self, name: str) -> dict[str, Any]:
+        """The settings of the device `name` (`devices.<name>`, a plain dict: the device classes read it)."""
+        if name not in self.devices:
+            raise ConfigError(f"unknown device {name!r}; configured devices: {sorted(self.devices)}")
+        return _plain(self.devices[name])
+
+    def data_spec(self, section: str | None = "supernet", train_seed: int | None = None) -> DataSpec:
+        """`data_spec` of these settings: the batches of `section` ("supernet" or "retrain"), or (None) the dataset."""
+        batches = None if section is None else getattr(self, section)
+        return _data_spec(self.seed, self.data, batches, train_seed)
+
+
+def resolve(config: Mapping[str, Any]) -> Settings:
+    """The Settings of a validated config (`validate`, `load`): each section once, the space built once."""
+    sections = {key: cls.from_mapping(config[key]) for key, cls in SECTIONS.items() if key != "space"}
+    return Settings(seed=int(config["seed"]), space=SpaceSettings.from_mapping(config["space"]).build(),
+                    devices=_frozen(config["devices"]), **sections)  # type: ignore[arg-type]

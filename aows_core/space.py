@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Callable, Sequence
 
@@ -444,111 +444,144 @@ class Stage:
             raise ValueError(f"stage {self}: repeats, stride, width, kernel and expand must be positive")
 
 
-def build_space(
-    name: str,
-    stages: Sequence[Stage],
-    resolution: int | tuple[int, int] = 224,
-    in_channels: int = 3,
-    num_classes: int = 1000,
-    width_mult: float = 1.0,
-    first_stride: int | None = None,
-    n_choices: int = 14,
-    min_mult: float = 0.2,
-    max_mult: float = 1.5,
-    divisor: int = 8,
-    act: str = "relu",
-) -> SearchSpace:
-    """A space from its stages (D44): `n_choices` multipliers evenly spaced in [min_mult, max_mult] of every base width (§7)."""
-    h, w = (resolution, resolution) if isinstance(resolution, int) else resolution
-    mults = np.linspace(min_mult, max_mult, n_choices)
-    choices: list[tuple[int, ...]] = [(in_channels,)]
-    base: list[int] = []
-    thetas: list[Theta] = []
-    edges: list[tuple[int, int]] = []
-    blocks: list[Block] = []
+@dataclass(frozen=True)
+class SpaceParams:
+    """What a space's stages are built at (§7, D44): the input (resolution, channels) and classes, a multiplier of the
+    base widths, the stem's stride (None: the first stage's own) and `n_choices` width multipliers evenly spaced in
+    [min_mult, max_mult], rounded to multiples of `divisor`; `act` the activation."""
 
-    def node(b: int) -> int:
-        choices.append(width_choices(b, mults, divisor))
-        base.append(b)
-        return len(choices) - 1
+    resolution: int | tuple[int, int] = 224
+    in_channels: int = 3
+    num_classes: int = 1000
+    width_mult: float = 1.0
+    first_stride: int | None = None
+    n_choices: int = 14
+    min_mult: float = 0.2
+    max_mult: float = 1.5
+    divisor: int = 8
+    act: str = "relu"
 
-    def edge(kind: str, k: int, s: int, src: int, dst: int, hw: tuple[int, int]) -> int:
-        thetas.append(Theta(hw[0], hw[1], s, k, kind))
-        edges.append((src, dst))
-        return len(thetas) - 1
 
-    cur = 0
-    for si, st in enumerate(stages):
-        bw = _round(st.width * width_mult, divisor)
+class _SpaceBuilder:
+    """The nodes, layers and blocks of a space, appended stage by stage (`build_space`); nodes in order of first use."""
+
+    def __init__(self, p: SpaceParams):
+        self.p = p
+        self.hw = (p.resolution, p.resolution) if isinstance(p.resolution, int) else tuple(p.resolution)
+        self.mults = np.linspace(p.min_mult, p.max_mult, p.n_choices)
+        self.choices: list[tuple[int, ...]] = [(p.in_channels,)]
+        self.base: list[int] = []
+        self.thetas: list[Theta] = []
+        self.edges: list[tuple[int, int]] = []
+        self.blocks: list[Block] = []
+        self.cur = 0  # the node the next block reads
+
+    def node(self, b: int) -> int:
+        """A new node of base width b, its choices the multipliers of b."""
+        self.choices.append(width_choices(b, self.mults, self.p.divisor))
+        self.base.append(b)
+        return len(self.choices) - 1
+
+    def edge(self, kind: str, k: int, s: int, src: int, dst: int, hw: tuple[int, int]) -> int:
+        """A new layer Θ = (hw, s, k, kind) from node src to node dst."""
+        self.thetas.append(Theta(hw[0], hw[1], s, k, kind))
+        self.edges.append((src, dst))
+        return len(self.thetas) - 1
+
+    def out_hw(self, e: int) -> tuple[int, int]:
+        return self.thetas[e].out_hw()
+
+    def stage(self, first: bool, st: Stage) -> None:
+        """The `repeats` blocks of a stage; the first with its stride (the stem's `first_stride` if it is the first)."""
+        bw = _round(st.width * self.p.width_mult, self.p.divisor)
         for j in range(st.repeats):
-            s = (first_stride if si == 0 and j == 0 and first_stride else st.stride) if j == 0 else 1
-            src, hw = cur, (h, w)
-            cur_base = base[src - 1] if src > 0 else in_channels
+            s = (self.p.first_stride if first and j == 0 and self.p.first_stride else st.stride) if j == 0 else 1
             if st.block in ("conv", "dwsep"):
-                dst = node(bw)
-                kind = "convpool" if st.block == "conv" and st.pool else st.block
-                e = edge(kind, st.kernel, s, src, dst, hw)
-                blocks.append(Block(st.block, src, dst, -1, s, (e,)))
-                h, w = thetas[e].out_hw()
-                cur = dst
-                continue
-            new = not (s == 1 and bw == cur_base and src > 0)
-            main: list[int] = []
-            inner = -1
-            if st.block == "inverted_residual":
-                if st.expand != 1:
-                    inner = node(int(round(cur_base * st.expand)))
-                    main.append(edge("conv", 1, 1, src, inner, hw))
-                    main.append(edge("dw", st.kernel, s, inner, inner, hw))
-                else:
-                    main.append(edge("dw", st.kernel, s, src, src, hw))
-                h, w = thetas[main[-1]].out_hw()
-                dst = node(bw) if new else src
-                main.append(edge("pconv", 1, 1, inner if inner >= 0 else src, dst, (h, w)))
-                shortcut = -1
+                self.layer(st, s, bw)
             else:
-                ib = st.inner or (bw if st.block == "basic" else bw // 4)
-                inner = node(_round(ib * width_mult, divisor) if st.inner else ib)
-                if st.block == "basic":
-                    main.append(edge("conv", st.kernel, s, src, inner, hw))
-                    h, w = thetas[main[-1]].out_hw()
-                    dst = node(bw) if new else src
-                    main.append(edge("pconv", st.kernel, 1, inner, dst, (h, w)))
-                else:
-                    main.append(edge("conv", 1, 1, src, inner, hw))
-                    main.append(edge("conv", st.kernel, s, inner, inner, hw))
-                    h, w = thetas[main[-1]].out_hw()
-                    dst = node(bw) if new else src
-                    main.append(edge("pconv", 1, 1, inner, dst, (h, w)))
-                shortcut = edge("pconv", 1, s, src, dst, hw) if dst != src else -1
-            add = edge("add", 1, 1, dst, dst, (h, w)) if (dst == src or shortcut >= 0) else -1
-            blocks.append(Block(st.block, src, dst, inner, s, tuple(main), shortcut, add))
-            cur = dst
-    classes = len(choices)
-    choices.append((num_classes,))
-    base.append(num_classes)
-    e = edge("linear", 1, 1, cur, classes, (h, w))
-    blocks.append(Block("classifier", cur, classes, -1, 1, (e,)))
-    chain = all(d == s + 1 for s, d in edges) and len(edges) == len(choices) - 1
-    return SearchSpace(name, tuple(choices), tuple(thetas), tuple(base),
-                       () if chain else tuple(edges), () if chain else tuple(blocks), act)
+                self.residual(st, s, bw)
+
+    def layer(self, st: Stage, s: int, bw: int) -> None:
+        """A conv or dwsep block: one layer to a new node (MobileNet-v1's untied widths)."""
+        src, dst = self.cur, self.node(bw)
+        e = self.edge("convpool" if st.block == "conv" and st.pool else st.block, st.kernel, s, src, dst, self.hw)
+        self.blocks.append(Block(st.block, src, dst, -1, s, (e,)))
+        self.hw, self.cur = self.out_hw(e), dst
+
+    def residual(self, st: Stage, s: int, bw: int) -> None:
+        """A residual block: its main path through an inner node, a shortcut where the stream changes, the add."""
+        src, hw = self.cur, self.hw
+        cur_base = self.base[src - 1] if src > 0 else self.p.in_channels
+        new = not (s == 1 and bw == cur_base and src > 0)
+        main, inner, dst = (self.inverted if st.block == "inverted_residual" else self.two_convs)(st, s, bw, new)
+        shortcut = -1
+        if st.block != "inverted_residual" and dst != src:
+            shortcut = self.edge("pconv", 1, s, src, dst, hw)
+        add = self.edge("add", 1, 1, dst, dst, self.hw) if (dst == src or shortcut >= 0) else -1
+        self.blocks.append(Block(st.block, src, dst, inner, s, tuple(main), shortcut, add))
+        self.cur = dst
+
+    def inverted(self, st: Stage, s: int, bw: int, new: bool) -> tuple[list[int], int, int]:
+        """MobileNet-v2's main path: 1×1 expansion (none at expand 1), depthwise, 1×1 projection."""
+        src, hw, main, inner = self.cur, self.hw, [], -1
+        cur_base = self.base[src - 1] if src > 0 else self.p.in_channels
+        if st.expand != 1:
+            inner = self.node(int(round(cur_base * st.expand)))
+            main.append(self.edge("conv", 1, 1, src, inner, hw))
+            main.append(self.edge("dw", st.kernel, s, inner, inner, hw))
+        else:
+            main.append(self.edge("dw", st.kernel, s, src, src, hw))
+        self.hw = self.out_hw(main[-1])
+        dst = self.node(bw) if new else src
+        main.append(self.edge("pconv", 1, 1, inner if inner >= 0 else src, dst, self.hw))
+        return main, inner, dst
+
+    def two_convs(self, st: Stage, s: int, bw: int, new: bool) -> tuple[list[int], int, int]:
+        """ResNet's main path: basic (k×k, k×k) or bottleneck (1×1, k×k, 1×1) through the inner width."""
+        src, hw, main = self.cur, self.hw, []
+        ib = st.inner or (bw if st.block == "basic" else bw // 4)
+        inner = self.node(_round(ib * self.p.width_mult, self.p.divisor) if st.inner else ib)
+        if st.block == "basic":
+            main.append(self.edge("conv", st.kernel, s, src, inner, hw))
+            self.hw = self.out_hw(main[-1])
+            dst = self.node(bw) if new else src
+            main.append(self.edge("pconv", st.kernel, 1, inner, dst, self.hw))
+        else:
+            main.append(self.edge("conv", 1, 1, src, inner, hw))
+            main.append(self.edge("conv", st.kernel, s, inner, inner, hw))
+            self.hw = self.out_hw(main[-1])
+            dst = self.node(bw) if new else src
+            main.append(self.edge("pconv", 1, 1, inner, dst, self.hw))
+        return main, inner, dst
+
+    def space(self, name: str) -> SearchSpace:
+        """The classifier after the last stage, then the space (a chain records no edges or blocks)."""
+        classes = len(self.choices)
+        self.choices.append((self.p.num_classes,))
+        self.base.append(self.p.num_classes)
+        e = self.edge("linear", 1, 1, self.cur, classes, self.hw)
+        self.blocks.append(Block("classifier", self.cur, classes, -1, 1, (e,)))
+        chain = all(d == s + 1 for s, d in self.edges) and len(self.edges) == len(self.choices) - 1
+        return SearchSpace(name, tuple(self.choices), tuple(self.thetas), tuple(self.base),
+                           () if chain else tuple(self.edges), () if chain else tuple(self.blocks), self.p.act)
 
 
-def mobilenet_v1_space(
-    name: str = "mobilenet_v1",
-    resolution: int | tuple[int, int] = 224,
-    in_channels: int = 3,
-    num_classes: int = 1000,
-    width_mult: float = 1.0,
-    first_stride: int = 2,
-    n_choices: int = 14,
-    min_mult: float = 0.2,
-    max_mult: float = 1.5,
-    divisor: int = 8,
-) -> SearchSpace:
-    """MobileNet-v1 family: `n_choices` multipliers evenly spaced in [min_mult, max_mult] of the base widths (§7)."""
-    return build_space(name, MOBILENET_V1, resolution, in_channels, num_classes, width_mult, first_stride,
-                       n_choices, min_mult, max_mult, divisor)
+def build_space(name: str, stages: Sequence[Stage], params: SpaceParams | None = None, **overrides) -> SearchSpace:
+    """A space from its stages (D44) at `params` (default `SpaceParams()`), any of its fields overridden by keyword:
+    `n_choices` multipliers evenly spaced in [min_mult, max_mult] of every base width (§7)."""
+    b = _SpaceBuilder(replace(params or SpaceParams(), **overrides))
+    for si, st in enumerate(stages):
+        b.stage(si == 0, st)
+    return b.space(name)
+
+
+MOBILENET_V1_PARAMS = SpaceParams(first_stride=2)
+
+
+def mobilenet_v1_space(name: str = "mobilenet_v1", **params) -> SearchSpace:
+    """MobileNet-v1 family: `n_choices` multipliers evenly spaced in [min_mult, max_mult] of the base widths (§7); any
+    field of `SpaceParams` by keyword (its stem stride is 2)."""
+    return build_space(name, MOBILENET_V1, MOBILENET_V1_PARAMS, **params)
 
 
 def multiplier_configs(space: SearchSpace) -> list[tuple[float, list[int]]]:

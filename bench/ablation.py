@@ -36,7 +36,7 @@ import numpy as np
 
 from aows_core import artifacts
 from aows_core.artifacts import journal
-from aows_core.config import load, space_from_config
+from aows_core.config import LutSettings, ProfilingSettings, load, space_from_config
 from aows_core.latency.fit import fit_table
 from aows_core.latency.lut import predict, split_sets
 from aows_core.latency.metrics import latency_metrics
@@ -92,7 +92,7 @@ def corrected(raw: list[dict], retime: bool = True) -> tuple[list[dict], float]:
 def figures(space, rows: list[dict], lut_cfg: dict, seconds: float) -> dict[str, float]:
     """σ_n, held-out metrics of the table fitted as `fit-lut` fits it, and the profiling seconds."""
     sets = split_sets(space, {k: [r[k] for r in rows] for k in COLUMNS})
-    f = fit_table(space, sets, lut_cfg).fit
+    f = fit_table(space, sets, LutSettings.from_mapping(lut_cfg)).fit
     idx, l_te, _ = sets["test"]
     m = latency_metrics(predict(space, f.x, idx, f.link), l_te)
     return {"sigma_n": retest_noise(rows)["sigma_n"], "nrmse": m["nrmse"], "within_10pct": m["within_10pct"],
@@ -169,7 +169,7 @@ def finalists(run: Path, device: str, rounds: int) -> None:
                             "verified": (tuple(r["channels"]), r["predicted_latency_ms"]),
                             "unverified": (tuple(t[0]["channels"]), t[0]["predicted_ms"])})
     nets = sorted({d[k][0] for d in decided for k in ("verified", "unverified")})
-    protocol = dict(cfg["profiling"])
+    protocol = ProfilingSettings.from_mapping(cfg["profiling"])
     dev = get_device(dict(cfg["devices"][device]), space, int(cfg["seed"]))
     try:
         jobs = measure_plan(nets, rounds, int(cfg["seed"]), False)

@@ -25,23 +25,25 @@ BASELINE = {"refresh": 26, "estimate_configs": 200, "final_configs": 800}
 def one_run(config: dict, run: Path, device: str, target: str, threads: int, out: Path) -> dict:
     """Train the AOWS supernet of `target` from `run`'s OWS checkpoint under `config`; its figures."""
     from aows_core import artifacts
-    from aows_core.config import space_from_config
+    from aows_core.config import resolve, resume_settings, settings_hash
     from aows_core.search.link import Link
     from aows_core.search.targets import resolve_target
-    from aows_core.training.supernet import make_sampler, train_supernet
+    from aows_core.training.loop import RunControl
+    from aows_core.training.supernet import SupernetJob, make_sampler, train_supernet
 
     config = copy.deepcopy(config)
     config["aows"]["threads"] = threads
-    space = space_from_config(config)
+    settings = resolve(config)
+    space = settings.space
     x, meta = artifacts.read_lut(run / f"results/lut/{device}/lut.parquet", space, device)
     link = Link.from_meta(meta)
     value = resolve_target(target, space, x, meta["unit_short"], link)
-    sampler = make_sampler(space, config, x, link.inverse(value))
     W = int(config["aows"]["warmup_epochs"])
+    job = SupernetJob(settings_hash(resume_settings(config, "train_aows")), "aows", device, target,
+                      make_sampler(settings, x, link.inverse(value)),
+                      run / f"results/supernet/ows/checkpoints/after_{W}.pt", value)
     t0 = time.perf_counter()
-    res = train_supernet(config, out / "out", out / "resume", method="aows", sampler=sampler, device=device,
-                         target=target, init_from=run / f"results/supernet/ows/checkpoints/after_{W}.pt",
-                         progress=False)
+    res = train_supernet(settings, out / "out", job, RunControl(out / "resume", progress=False))
     wall = time.perf_counter() - t0
     last = res.metrics[-1]
     aw = config["aows"]

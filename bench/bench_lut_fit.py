@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         A_val = lut.design_matrix(space, idx_val)
         V = lut.monotonicity_matrix(space)
         lut.check_coverage(space, lut.observation_counts(A_tr))
-        return fit.lambda_scan(A_tr, meas["train"], A_val, meas["val"], V, fit.DEFAULT_LAMBDAS, space=space)
+        return fit.lambda_scan((A_tr, meas["train"]), (A_val, meas["val"]), V, fit.DEFAULT_LAMBDAS, space=space)
 
     def ours_end_to_end(lam):
         A_tr = lut.design_matrix(space, idx_tr)

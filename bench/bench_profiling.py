@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from aows_core import artifacts as io
-from aows_core.config import validate
+from aows_core.config import ProfilingSettings, validate
+from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
+from aows_core.training.loop import RunControl
 from aows_core.space import get_space
 
 
@@ -44,8 +46,8 @@ def main() -> None:
                 spec = {"backend": backend, "batch_size": 1, "threads": 1, "inter_op_threads": 1,
                         "graph_optimization": "all", "channels_last": False}
                 t = time.perf_counter()
-                res = profile(space, backend, spec, d / "c.parquet", d / "o.parquet", d / "r", cfg["profiling"],
-                              seed=rep, progress=False)
+                job = ProfileJob(space, backend, spec, ProfilingSettings.from_mapping(cfg["profiling"]), seed=rep)
+                res = profile(job, d / "c.parquet", d / "o.parquet", RunControl(d / "r", progress=False))
                 wall = time.perf_counter() - t
                 _, meta = io.read_table(d / "o.parquet", "latency")
                 rates.append(res["done"] / wall * 60)

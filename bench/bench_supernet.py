@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from aows_core.config import AowsSettings
 from aows_core.nets.network import Network
 from aows_core.space import get_space
 from aows_core.nets.sandwich import sandwich_step
@@ -130,7 +131,7 @@ def section_c(space, B, reps, seed):
     out = {}
     for refresh in (1, 10):
         for mode in ("per_node", "joint"):
-            smp = AOWSSampler(space, x, lo + 0.5 * (hi - lo), mode=mode, refresh=refresh)
+            smp = AOWSSampler(space, x, lo + 0.5 * (hi - lo), AowsSettings(sampling=mode), refresh=refresh)
             smp.sample(u, 1.0, B, rng)
             ts = []
             for k in range(max(reps, 5) * 20):

@@ -57,12 +57,13 @@ def recorded_sets(root: str, device: str, lut_overrides: dict) -> tuple[Any, dic
 def recorded_refit(root: str, device: str, lut_overrides: dict) -> tuple[Any, dict[str, float], float, float, Any]:
     """Fit a recorded run's timings as `aows fit-lut` does with `lut_overrides` (`recorded_sets`); returns (chosen
     fit, held-out test metrics, σ_n, fit seconds, (space, test indices))."""
+    from aows_core.config import LutSettings
     from aows_core.latency import fit, lut
     from aows_core.latency.metrics import latency_metrics
 
     space, sets, meta, lut_cfg = recorded_sets(root, device, lut_overrides)
     idx_te, l_te, _ = sets["test"]
     t0 = time.perf_counter()
-    f = fit.fit_table(space, sets, lut_cfg).fit
+    f = fit.fit_table(space, sets, LutSettings.from_mapping(lut_cfg)).fit
     wall = time.perf_counter() - t0
     return f, latency_metrics(lut.predict(space, f.x, idx_te, f.link), l_te), float(meta["sigma_n"]), wall, (space, idx_te)

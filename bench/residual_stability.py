@@ -18,7 +18,7 @@ import argparse
 import numpy as np
 
 from aows_core import artifacts
-from aows_core.config import load, space_from_config
+from aows_core.config import LutSettings, load, space_from_config
 from aows_core.latency import fit, lut
 
 SETS = ("train", "lambda_val", "test")
@@ -30,7 +30,7 @@ def residuals(root: str, device: str) -> tuple[dict, float, object]:
     space = space_from_config(cfg)
     table, meta = artifacts.read_latency(f"{root}/results/latency/{device}.parquet", space, device)
     sets = lut.split_sets(space, lut.columns_of(table))
-    chosen = fit.fit_table(space, sets, cfg["lut"]).fit
+    chosen = fit.fit_table(space, sets, LutSettings.from_mapping(cfg["lut"])).fit
     out = {}
     for name in SETS:
         configs, measured = sets[name][:2]

@@ -181,3 +181,44 @@ def test_augmentation_is_set_per_training_stage():
 def test_a_training_subset_larger_than_the_split_is_refused_when_the_config_is_read(raw, needle):
     with pytest.raises(ConfigError, match=needle):
         validate(raw)
+
+
+def test_each_settings_section_has_exactly_the_schema_properties_and_defaults():
+    """The frozen section objects (`config.SECTIONS`) cannot drift from the schema: same fields, same defaults."""
+    from dataclasses import fields
+
+    from aows_core.config import SECTIONS, Settings, load_schema
+
+    props = load_schema()["properties"]
+    assert set(SECTIONS) == set(props) - {"seed", "devices"}
+    assert {f.name for f in fields(Settings)} == set(props) and Settings.__dataclass_fields__["space"]
+    for key, cls in SECTIONS.items():
+        schema = props[key]["properties"]
+        assert [f.name for f in fields(cls)] == list(schema), key
+        default = cls().to_dict()
+        assert default == {k: v["default"] for k, v in schema.items()}, key
+        assert cls.from_mapping(validate({})[key]) == cls(), key
+
+
+def test_settings_are_resolved_once_and_give_the_config_back():
+    from dataclasses import FrozenInstanceError
+
+    from aows_core.config import SECTIONS, data_spec, resolve, space_from_config
+
+    cfg = load("config.yaml")
+    s = resolve(cfg)
+    assert s.seed == cfg["seed"] and s.space.hash == space_from_config(cfg).hash
+    for key in SECTIONS:
+        if key != "space":
+            assert getattr(s, key).to_dict() == cfg[key], key
+    assert s.device("cpu") == cfg["devices"]["cpu"]
+    for section in ("supernet", "retrain", None):
+        assert s.data_spec(section) == data_spec(cfg, section)
+    assert s.data_spec("retrain", train_seed=3) == data_spec(cfg, "retrain", train_seed=3)
+    assert s.decode.targets_for("cpu") == cfg["decode"]["targets"]
+    with pytest.raises(FrozenInstanceError):
+        s.supernet.epochs = 3  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="unknown device 'gpu'"):
+        s.device("gpu")
+    with pytest.raises(ConfigError, match=r"config key lut: unknown key\(s\) \['lambda'\]"):
+        SECTIONS["lut"].from_mapping({"lambda": [1.0]})

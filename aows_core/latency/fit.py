@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from ..config import LutSettings
 from ..search.link import IDENTITY, Link
 from ..space import SearchSpace
 from .lut import (LUTFitError, _missing_message, check_coverage, design_matrix, monotonicity_matrix,
@@ -160,37 +161,51 @@ def _check_inputs(A: sp.spmatrix, l: np.ndarray, V: sp.spmatrix, space: SearchSp
     return A, l, V
 
 
-def fit_osqp(
-    A: sp.spmatrix,
-    l: np.ndarray,
-    V: sp.spmatrix,
-    lambdas: Sequence[float] = DEFAULT_LAMBDAS,
-    ridge: float = DEFAULT_RIDGE,
-    space: SearchSpace | None = None,
-    D: sp.spmatrix | None = None,
-    mu: float = 0.0,
-    **osqp_settings: Any,
-) -> list[FitResult]:
-    """Solve §4's min ‖Ax − l‖² + λ‖max(Vx, 0)‖₁ + ρ‖x‖² + μ‖Dx‖², x ≥ 0 for each λ (relative units), one cold OSQP
-    solve each; μ‖Dx‖² is the smoothness prior of D38 (none when `mu` is 0 or `D` None)."""
-    import osqp
+@dataclass(frozen=True)
+class Prior:
+    """The fit's terms besides the data and the monotonicity prior (§4): the ridge ρ (relative to the mean diagonal of
+    AᵀA) and the smoothness prior μ‖Dx‖² of D38 (none when `mu` is 0 or `D` None)."""
 
-    A, l, V = _check_inputs(A, l, V, space)
-    lambdas = [float(v) for v in lambdas]
-    if not lambdas or any(not np.isfinite(v) or v < 0 for v in lambdas):
-        raise ValueError(f"lambdas must be a non-empty list of finite values ≥ 0; got {lambdas}")
+    ridge: float = DEFAULT_RIDGE
+    D: sp.spmatrix | None = None
+    mu: float = 0.0
+
+
+NO_SMOOTHING = Prior()
+
+
+@dataclass
+class _ResidualQP:
+    """§4's fit in residual form over z = (x, r, s, u): ½ zᵀHz + qᵀz s.t. lo ≤ Cz ≤ hi, with H = diag(2ρ, 2, 0, 2μ),
+    r = Ax − l, s ≥ Vx, u = Dx; latencies divided by `scale`, λ only in q."""
+
+    H: sp.spmatrix
+    C: sp.spmatrix
+    lo: np.ndarray
+    hi: np.ndarray
+    n: int  # table entries x
+    P: int  # residuals r (measured networks)
+    K: int  # hinge slacks s (prior inequalities)
+    M: int  # smoothness rows u
+    scale: float
+    rho: float
+    Ds: sp.spmatrix
+
+    def q(self, lam_rel: float) -> np.ndarray:
+        """The linear term: λ (relative) on the hinge slacks."""
+        return np.concatenate([np.zeros(self.n + self.P), np.full(self.K, lam_rel), np.zeros(self.M)])
+
+
+def _residual_qp(A: sp.csr_matrix, l: np.ndarray, V: sp.csr_matrix, prior: Prior) -> _ResidualQP:
+    """The QP of `fit_osqp` (never forming AᵀA)."""
     P_rows, n = A.shape
     K = V.shape[0]
-    mu = float(mu)
+    mu = float(prior.mu)
     if not np.isfinite(mu) or mu < 0:
         raise ValueError(f"the smoothness weight must be finite and ≥ 0; got {mu}")
-    Ds = sp.csr_matrix(D, dtype=np.float64) if D is not None and mu > 0 else sp.csr_matrix((0, n))
+    Ds = sp.csr_matrix(prior.D, dtype=np.float64) if prior.D is not None and mu > 0 else sp.csr_matrix((0, n))
     M = Ds.shape[0]
-    scale = _scale_of(l)
-    ls = l / scale
-    rho = _ridge_abs(A, ridge)
-
-    # z = (x, r, s, u); ½ zᵀ H z + qᵀ z with H = diag(2ρ, 2, 0, 2μ), r = Ax − l, s ≥ Vx, u = Dx
+    scale, rho = _scale_of(l), _ridge_abs(A, prior.ridge)
     H = sp.diags(np.concatenate([np.full(n, 2.0 * rho), np.full(P_rows, 2.0), np.zeros(K), np.full(M, 2.0 * mu)]),
                  format="csc")
     C = sp.vstack(
@@ -203,49 +218,50 @@ def fit_osqp(
         ],
         format="csc",
     )
-    inf = np.inf
+    inf, ls = np.inf, l / scale
     lo = np.concatenate([ls, np.full(K, -inf), np.zeros(n), np.zeros(K), np.zeros(M)])
     hi = np.concatenate([ls, np.zeros(K), np.full(n, inf), np.full(K, inf), np.zeros(M)])
+    return _ResidualQP(H, C, lo, hi, n, P_rows, K, M, scale, rho, Ds)
+
+
+def fit_osqp(A: sp.spmatrix, l: np.ndarray, V: sp.spmatrix, lambdas: Sequence[float] = DEFAULT_LAMBDAS,
+             prior: Prior = NO_SMOOTHING, space: SearchSpace | None = None, **osqp_settings: Any) -> list[FitResult]:
+    """Solve §4's min ‖Ax − l‖² + λ‖max(Vx, 0)‖₁ + ρ‖x‖² + μ‖Dx‖², x ≥ 0 for each λ (relative units), one cold OSQP
+    solve each; ρ, μ and D are the `prior` (μ‖Dx‖² the smoothness prior of D38)."""
+    A, l, V = _check_inputs(A, l, V, space)
+    lambdas = [float(v) for v in lambdas]
+    if not lambdas or any(not np.isfinite(v) or v < 0 for v in lambdas):
+        raise ValueError(f"lambdas must be a non-empty list of finite values ≥ 0; got {lambdas}")
+    qp = _residual_qp(A, l, V, prior)
     settings = {**OSQP_SETTINGS, **osqp_settings}
-
-    def q_of(lam_rel: float) -> np.ndarray:
-        return np.concatenate([np.zeros(n + P_rows), np.full(K, lam_rel), np.zeros(M)])
-
     algebra = osqp_algebra()
-    results: list[FitResult] = []
-    for lam_rel in lambdas:
-        # One independent, cold solve per λ: OSQP scales the problem with the λ's own cost vector and
-        # starts from the initial rho. (Reusing one factorisation through update(q=...) converged
-        # 3-10× slower here, which cost more than the repeated setup.)
-        t0 = time.perf_counter()
-        solver = osqp.OSQP(algebra=algebra)
-        solver.setup(H, q_of(lam_rel), C, lo, hi, **settings)
-        res = solver.solve(raise_error=False)
-        solve_s = time.perf_counter() - t0
-        status = str(res.info.status)
-        if res.info.status_val != osqp.SolverStatus.OSQP_SOLVED:
-            raise LUTFitError(
-                f"OSQP did not solve the latency fit for λ = {lam_rel:g} (relative; {lam_rel * scale:g} in ms): "
-                f"status {status!r} after {res.info.iter} iterations"
-            )
-        x = np.maximum(np.asarray(res.x[:n], dtype=np.float64), 0.0) * scale
-        n_viol = int(np.sum(V @ x > VIOLATION_TOL * scale))
-        results.append(
-            FitResult(
-                x=x,
-                lam=lam_rel * scale,
-                lam_rel=lam_rel,
-                status=status,
-                iterations=int(res.info.iter),
-                solve_s=solve_s,
-                n_violated=n_viol,
-                objective=objective(A, l, V, x, lam_rel * scale, rho, Ds, mu),
-                scale=scale,
-                polished=int(res.info.status_polish) == 1,
-                mu=mu,
-            )
+    # One independent, cold solve per λ: OSQP scales the problem with the λ's own cost vector and starts from the
+    # initial rho. (Reusing one factorisation through update(q=...) converged 3-10× slower here, which cost more than
+    # the repeated setup.)
+    return [_solve(qp, lam_rel, settings, algebra, (A, l, V, float(prior.mu))) for lam_rel in lambdas]
+
+
+def _solve(qp: _ResidualQP, lam_rel: float, settings: Mapping[str, Any], algebra: str, data: tuple) -> FitResult:
+    """One cold OSQP solve of the QP at λ (relative); a solve that did not converge is an error."""
+    import osqp
+
+    A, l, V, mu = data
+    t0 = time.perf_counter()
+    solver = osqp.OSQP(algebra=algebra)
+    solver.setup(qp.H, qp.q(lam_rel), qp.C, qp.lo, qp.hi, **settings)
+    res = solver.solve(raise_error=False)
+    solve_s = time.perf_counter() - t0
+    status, scale = str(res.info.status), qp.scale
+    if res.info.status_val != osqp.SolverStatus.OSQP_SOLVED:
+        raise LUTFitError(
+            f"OSQP did not solve the latency fit for λ = {lam_rel:g} (relative; {lam_rel * scale:g} in ms): "
+            f"status {status!r} after {res.info.iter} iterations"
         )
-    return results
+    x = np.maximum(np.asarray(res.x[: qp.n], dtype=np.float64), 0.0) * scale
+    return FitResult(x=x, lam=lam_rel * scale, lam_rel=lam_rel, status=status, iterations=int(res.info.iter),
+                     solve_s=solve_s, n_violated=int(np.sum(V @ x > VIOLATION_TOL * scale)),
+                     objective=objective(A, l, V, x, lam_rel * scale, qp.rho, qp.Ds, mu), scale=scale,
+                     polished=int(res.info.status_polish) == 1, mu=mu)
 
 
 def fit_cvxpy(
@@ -282,23 +298,13 @@ def fit_cvxpy(
     )
 
 
-def lambda_scan(
-    A_tr: sp.spmatrix,
-    l_tr: np.ndarray,
-    A_val: sp.spmatrix,
-    l_val: np.ndarray,
-    V: sp.spmatrix,
-    lambdas: Sequence[float] = DEFAULT_LAMBDAS,
-    ridge: float = DEFAULT_RIDGE,
-    space: SearchSpace | None = None,
-    D: sp.spmatrix | None = None,
-    mu: float = 0.0,
-    **osqp_settings: Any,
-) -> tuple[int, list[FitResult], list[dict[str, Any]]]:
-    """Fit §4's objective (with the smoothness prior μ‖Dx‖², D38) over the λ grid on train; pick the λ of least
-    lambda_val RMSE; rows of the "lut_fit" schema."""
-    results = fit_osqp(A_tr, l_tr, V, lambdas, ridge=ridge, space=space, D=D, mu=mu, **osqp_settings)
-    rows = [scan_row(f, A_tr, l_tr, A_val, l_val) for f in results]
+def lambda_scan(train: tuple[sp.spmatrix, np.ndarray], val: tuple[sp.spmatrix, np.ndarray], V: sp.spmatrix,
+                lambdas: Sequence[float] = DEFAULT_LAMBDAS, prior: Prior = NO_SMOOTHING,
+                space: SearchSpace | None = None, **osqp_settings: Any) -> tuple[int, list[FitResult], list[dict[str, Any]]]:
+    """Fit §4's objective (with the `prior`'s ridge and smoothness μ‖Dx‖², D38) over the λ grid on the `train` networks
+    (A, l); pick the λ of least RMSE on the `val` (lambda_val) networks; rows of the "lut_fit" schema."""
+    results = fit_osqp(*train, V, lambdas, prior, space, **osqp_settings)
+    rows = [scan_row(f, *train, *val) for f in results]
     best = choose(rows)
     rows[best]["chosen"] = True
     return best, results, rows
@@ -346,10 +352,10 @@ LINK_ITERATIONS = 5
 MIN_LINK_SLOPE = 1e-3
 
 
-def fit_linked(A_tr: sp.spmatrix, l_tr: np.ndarray, V: sp.spmatrix, x0: np.ndarray, base: FitResult, knot: float,
-               *, ridge: float, D: sp.spmatrix | None, slope: float | None = None,
-               iterations: int = LINK_ITERATIONS) -> FitResult:
-    """The table under the link g(s) = s + κ·max(0, s − knot) (D39), at `base`'s λ and μ, from the additive fit x0.
+def fit_linked(A_tr: sp.spmatrix, l_tr: np.ndarray, V: sp.spmatrix, base: FitResult, knot: float, *,
+               prior: Prior = NO_SMOOTHING, slope: float | None = None, iterations: int = LINK_ITERATIONS) -> FitResult:
+    """The table under the link g(s) = s + κ·max(0, s − knot) (D39), at `base`'s λ and the `prior`'s ridge and
+    smoothness, from `base`'s additive table.
 
     Each iteration takes the excess h_p = max(0, a_pᵀx − knot) of the current table as a fixed column and solves §4's
     fit for (x, κ ≥ 0) together (κ outside the priors); the excess is then recomputed — a Gauss–Newton step of the
@@ -362,7 +368,7 @@ def fit_linked(A_tr: sp.spmatrix, l_tr: np.ndarray, V: sp.spmatrix, x0: np.ndarr
     def loss(x: np.ndarray, k: float) -> float:  # squared error of the linked prediction
         return float(np.sum((Link(knot, k)(A_tr @ x) - l_tr) ** 2))
 
-    x, k = np.asarray(x0, dtype=np.float64), 0.0 if slope is None else float(slope)
+    x, k = np.asarray(base.x, dtype=np.float64), 0.0 if slope is None else float(slope)
     f, best = base, loss(x, k)
     for _ in range(iterations):
         s = A_tr @ x
@@ -372,12 +378,12 @@ def fit_linked(A_tr: sp.spmatrix, l_tr: np.ndarray, V: sp.spmatrix, x0: np.ndarr
         if slope is None:
             A = sp.hstack([A_tr, sp.csr_matrix(h[:, None])], format="csr")
             pad = lambda M: None if M is None else sp.hstack([M, sp.csr_matrix((M.shape[0], 1))], format="csr")  # noqa: E731
-            g = fit_osqp(A, l_tr, pad(V), [base.lam_rel], ridge=ridge, D=pad(D), mu=base.mu)[0]
+            g = fit_osqp(A, l_tr, pad(V), [base.lam_rel], replace(prior, D=pad(prior.D)))[0]
             g, k_new = replace(g, x=g.x[:n]), float(g.x[n])
         else:
             on = s > knot
             g = fit_osqp(sp.diags(np.where(on, 1.0 + k, 1.0)) @ A_tr, l_tr + np.where(on, k * knot, 0.0), V,
-                         [base.lam_rel], ridge=ridge, D=D, mu=base.mu)[0]
+                         [base.lam_rel], prior)[0]
             k_new = k
         for t in (1.0, 0.5, 0.25, 0.125):  # damped: the longest step along (x, κ) that lowers the linked loss
             xt, kt = x + t * (g.x - x), k + t * (k_new - k)
@@ -407,16 +413,15 @@ class TableFit:
         return next(r for r in self.rows if r["chosen"])
 
 
-def candidates(A_tr: sp.spmatrix, l_tr: np.ndarray, A_val: sp.spmatrix, l_val: np.ndarray, V: sp.spmatrix,
-               D: sp.spmatrix, lut_cfg: Mapping[str, Any], link: Link | None) -> tuple[list[FitResult], list[dict]]:
+def candidates(train: tuple[sp.spmatrix, np.ndarray], val: tuple[sp.spmatrix, np.ndarray], V: sp.spmatrix,
+               D: sp.spmatrix, settings: LutSettings, link: Link | None) -> tuple[list[FitResult], list[dict]]:
     """Every fit the table is chosen from, with its "lut_fit" row: the (μ, λ) grid of §4's fit with the smoothness
     prior (D38), then from the grid's best the table under a link (D39) at each knot of `lut.link_knots` — or under
     `link`, held fixed (a verified decision's refit keeps its LUT's link)."""
     results: list[FitResult] = []
     rows: list[dict[str, Any]] = []
-    for mu in lut_cfg["smoothness"]:
-        b, res, rws = lambda_scan(A_tr, l_tr, A_val, l_val, V, lut_cfg["lambdas"], ridge=lut_cfg["ridge"], D=D,
-                                  mu=float(mu))
+    for mu in settings.smoothness:
+        b, res, rws = lambda_scan(train, val, V, settings.lambdas, Prior(settings.ridge, D, float(mu)))
         rws[b]["chosen"] = False
         results += res
         rows += rws
@@ -424,20 +429,22 @@ def candidates(A_tr: sp.spmatrix, l_tr: np.ndarray, A_val: sp.spmatrix, l_val: n
     if link is not None:
         knots = [] if link.identity else [(link.knot_ms, link.slope)]
     else:
-        s = A_tr @ base.x
-        knots = [(float(np.quantile(s, q)), None) for q in lut_cfg["link_knots"]]
+        s = train[0] @ base.x
+        knots = [(float(np.quantile(s, q)), None) for q in settings.link_knots]
+    prior = Prior(settings.ridge, D if base.mu else None, base.mu)
     for knot, slope in knots:
-        f = fit_linked(A_tr, l_tr, V, base.x, base, knot, ridge=lut_cfg["ridge"], D=D if base.mu else None, slope=slope)
+        f = fit_linked(*train, V, base, knot, prior=prior, slope=slope)
         results.append(f)
-        rows.append(scan_row(f, A_tr, l_tr, A_val, l_val))
+        rows.append(scan_row(f, *train, *val))
     return results, rows
 
 
 def fit_table(space: SearchSpace, sets: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
-              lut_cfg: Mapping[str, Any], exact: np.ndarray | None = None, link: Link | None = None) -> TableFit:
-    """Fit the LUT on the train set (§4 eq. linear_lat): the candidate of least lambda_val RMSE (`candidates`,
-    `choose`); `exact`: an analytic device's known table; `link`: fit under this link, held fixed. `sets` is
-    `lut.split_sets(...)`."""
+              settings: LutSettings = LutSettings(), exact: np.ndarray | None = None,
+              link: Link | None = None) -> TableFit:
+    """Fit the LUT on the train set (§4 eq. linear_lat) under the `lut:` settings: the candidate of least lambda_val
+    RMSE (`candidates`, `choose`); `exact`: an analytic device's known table; `link`: fit under this link, held fixed.
+    `sets` is `lut.split_sets(...)`."""
     idx_tr, l_tr, _ = sets["train"]
     idx_val, l_val, _ = sets["lambda_val"]
     A_tr = design_matrix(space, idx_tr)
@@ -449,8 +456,8 @@ def fit_table(space: SearchSpace, sets: Mapping[str, tuple[np.ndarray, np.ndarra
         # well it reproduces the profiled networks.
         fit = exact_result(exact)
         return TableFit(fit, [scan_row(fit, A_tr, l_tr, A_val, l_val, chosen=True)], n_obs)
-    results, rows = candidates(A_tr, l_tr, A_val, l_val, monotonicity_matrix(space), smoothness_matrix(space), lut_cfg,
-                               link)
+    results, rows = candidates((A_tr, l_tr), (A_val, l_val), monotonicity_matrix(space), smoothness_matrix(space),
+                               settings, link)
     best = len(rows) - 1 if link is not None and not link.identity else choose(rows)
     rows[best]["chosen"] = True
     return TableFit(results[best], rows, n_obs)

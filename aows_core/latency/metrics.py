@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 from scipy.stats import kendalltau
@@ -92,10 +93,20 @@ def _unresolved_message(res: dict[str, Any], sigma_n: float, noise_message: str,
             "the device hardly tells apart: a quieter host or more repeats will not make the widths visible.")
 
 
-def adequacy(pred: np.ndarray, meas: np.ndarray, sigma_n: float, retested_ms: np.ndarray, noise_message: str = "",
-             unit: str = "ms", coverage: float = 0.95, span: float | None = None, device: str = "") -> dict[str, Any]:
+@dataclass(frozen=True)
+class SessionNoise:
+    """What a profiling session measured of its own noise (§4): the test–retest σ_n, the latencies of its retested
+    networks (how far the retest pairs reach) and the noise gate's message when the session failed it ("" if not)."""
+
+    sigma_n: float
+    retested_ms: Sequence[float] | np.ndarray = ()
+    message: str = ""
+
+
+def adequacy(pred: np.ndarray, meas: np.ndarray, noise: SessionNoise, *, unit: str = "ms", coverage: float = 0.95,
+             span: float | None = None, device: str = "") -> dict[str, Any]:
     """One report on what the table's held-out error means (§4, §7; docs/method.md "Is the table good enough?"):
-    the noise (σ_n, and the noise gate's `noise_message` when the session failed it), the error beyond the noise
+    the `noise` (σ_n, and the noise gate's message when the session failed it), the error beyond the noise
     (`model_error` = sqrt(max(0, RMS² − σ_n²)) of measured ÷ predicted, and the interval [ratio_low, ratio_high]
     that `coverage` of held-out networks fall in), the reach of the retest pairs (`error_beyond_retest`: the share of
     the squared error in networks slower than every retested one, whose own noise σ_n does not measure), whether the
@@ -104,7 +115,8 @@ def adequacy(pred: np.ndarray, meas: np.ndarray, sigma_n: float, retested_ms: np
     that says what it means and what to do (`device`: the configured name, for the settings it names)."""
     pred = np.asarray(pred, dtype=np.float64).ravel()
     meas = np.asarray(meas, dtype=np.float64).ravel()
-    retested_ms = np.asarray(retested_ms, dtype=np.float64).ravel()
+    sigma_n, noise_message = noise.sigma_n, noise.message
+    retested_ms = np.asarray(noise.retested_ms, dtype=np.float64).ravel()
     ratio = meas / pred
     rms = float(np.sqrt(np.mean((ratio - 1) ** 2)))
     lo, hi = (float(q) for q in np.quantile(ratio, [(1 - coverage) / 2, (1 + coverage) / 2]))

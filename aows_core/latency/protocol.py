@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..config import ProfilingSettings
 from ..search.link import IDENTITY, Link
 from ..space import SearchSpace
 from .lut import columns_of, predict
@@ -75,7 +76,7 @@ class Pairing:
 UNPAIRED = Pairing()
 
 
-def profile_plan(space: SearchSpace, configs: Any, protocol: Mapping[str, Any], seed: int, analytic: bool) -> list[Job]:
+def profile_plan(space: SearchSpace, configs: Any, protocol: ProfilingSettings, seed: int, analytic: bool) -> list[Job]:
     """The full, seeded job order of a session (§4): shuffled samples, then retests ≥ N/3 later."""
     cols = columns_of(configs)
     ids = list(cols["config_id"])
@@ -89,12 +90,12 @@ def profile_plan(space: SearchSpace, configs: Any, protocol: Mapping[str, Any], 
     for pos, k in enumerate(order):
         keyed.append((float(pos), Job(-1, "sample", ids[k], chans[k], sets[k])))
         pos_of[k] = pos
-    if not analytic and protocol["retest"] > 0 and n >= 3:
+    if not analytic and protocol.retest > 0 and n >= 3:
         gap = math.ceil(n * RETEST_GAP)
         eligible = [k for k in order if pos_of[k] + gap < n]
         prefer = [k for k in eligible if sets[k] == "test"]
-        pool = prefer if len(prefer) >= protocol["retest"] else eligible
-        chosen = rng.choice(len(pool), size=min(protocol["retest"], len(pool)), replace=False)
+        pool = prefer if len(prefer) >= protocol.retest else eligible
+        chosen = rng.choice(len(pool), size=min(protocol.retest, len(pool)), replace=False)
         for c in sorted(chosen):
             k = pool[c]
             key = rng.uniform(pos_of[k] + gap, n) - 0.5  # strictly after pos + gap - 0.5
@@ -108,12 +109,12 @@ def number_jobs(items: Sequence[tuple[str, int, Sequence[int], str | None]], fir
     return [Job(first + i, role, cid, tuple(ch), st) for i, (role, cid, ch, st) in enumerate(items)]
 
 
-def plan_hash(jobs: list[Job], protocol: Mapping, fingerprint: Mapping, space: SearchSpace) -> str:
+def plan_hash(jobs: list[Job], protocol: ProfilingSettings, fingerprint: Mapping, space: SearchSpace) -> str:
     """Identity of a session's plan (jobs, protocol, device fingerprint, space): a journal resumes only the same plan."""
     blob = json.dumps(
         {
             "jobs": [(j.role, j.config_id, j.channels) for j in jobs],
-            "protocol": dict(protocol),
+            "protocol": protocol.to_dict(),
             "fingerprint": dict(fingerprint),
             "space": space.hash,
         },
@@ -255,11 +256,11 @@ def noise_gate(sigma_n: float, threshold: float) -> dict[str, Any]:
     return {"max_noise": float(threshold), "too_noisy": bool(message), "noise_message": message}
 
 
-def timing_counts(device, protocol: Mapping[str, Any]) -> tuple[int, int, float]:
+def timing_counts(device, protocol: ProfilingSettings) -> tuple[int, int, float]:
     """(repeats, warm-up, minimum timed seconds) of the protocol; one plain count on an analytic device."""
     if device.analytic:
         return 1, 0, 0.0
-    return int(protocol["repeats"]), int(protocol["warmup"]), protocol["min_time_ms"] / 1e3
+    return int(protocol.repeats), int(protocol.warmup), protocol.min_time_ms / 1e3
 
 
 def time_network(device, channels, job: int, counts: tuple[int, int, float], statistic: str,
@@ -298,12 +299,12 @@ def time_network(device, channels, job: int, counts: tuple[int, int, float], sta
     }
 
 
-def pairing_of(device, protocol: Mapping[str, Any], space: SearchSpace) -> Pairing:
+def pairing_of(device, protocol: ProfilingSettings, space: SearchSpace) -> Pairing:
     """What `time_network` times beside each network under `protocol` (D27): the reference, unless the device is
     analytic (counted, not timed)."""
     if device.analytic:
         return UNPAIRED
-    return Pairing(tuple(reference_config(space)), int(protocol["chunks"]), float(protocol["reference_share"]))
+    return Pairing(tuple(reference_config(space)), int(protocol.chunks), float(protocol.reference_share))
 
 
 # Decisions must carry the LUT's own prediction; anything looser means they were decided on another table.
@@ -342,10 +343,11 @@ def measure_plan(networks: Sequence[Sequence[int]], rounds: int, seed: int, anal
 SAME_FORM = ("statistic", "repeats", "warmup", "min_time_ms", "chunks", "reference_share")
 
 
-def protocol_differences(used: Mapping[str, Any], protocol: Mapping[str, Any]) -> list[str]:
-    """The timing settings (§4 same form) in which `protocol` differs from the `used` one: "key old → new" each; a
-    session recorded before paired timing (D27) differs in its pairing."""
-    differ = [f"{k} {used[k]!r} → {protocol[k]!r}" for k in SAME_FORM if k in used and used[k] != protocol[k]]
+def protocol_differences(used: Mapping[str, Any], protocol: ProfilingSettings) -> list[str]:
+    """The timing settings (§4 same form) in which `protocol` differs from the `used` one (a latency file's record):
+    "key old → new" each; a session recorded before paired timing (D27) differs in its pairing."""
+    now = protocol.to_dict()
+    differ = [f"{k} {used[k]!r} → {now[k]!r}" for k in SAME_FORM if k in used and used[k] != now[k]]
     pairing = used.get("pairing", "interpolated")  # sessions recorded before D27 interpolated their reference
     return ([] if pairing == "paired" else [f"pairing {pairing!r} → 'paired'"]) + differ
 
@@ -366,7 +368,7 @@ def check_predictions(space: SearchSpace, x: np.ndarray, finalists: Sequence[dic
         f["predicted_ms"] = pred
 
 
-def time_jobs(device, jobs: list[MeasureJob], protocol: Mapping[str, Any], space: SearchSpace,
+def time_jobs(device, jobs: list[MeasureJob], protocol: ProfilingSettings, space: SearchSpace,
               on_step: Callable[[], None] | None = None) -> list[dict]:
     """Each job timed as profiling times it (same repeats, warm-up, minimum time, statistic and pairing, §4, D27)."""
     counts = timing_counts(device, protocol)
@@ -375,7 +377,7 @@ def time_jobs(device, jobs: list[MeasureJob], protocol: Mapping[str, Any], space
     for j in jobs:
         t_abs = time.time()
         rows.append({"job": j.job, "round": j.round, "role": j.role, "network": j.network, "t_abs": t_abs,
-                     **time_network(device, j.channels, j.job, counts, protocol["statistic"], pairing)})
+                     **time_network(device, j.channels, j.job, counts, protocol.statistic, pairing)})
         if on_step is not None:
             on_step()
     return rows
@@ -388,19 +390,33 @@ def round_noise(per_net: Mapping[int, Sequence[float]]) -> float:
     return float(np.sqrt(sum(float((d**2).sum()) for d in dev) / dof)) if dof else 0.0
 
 
-def finalist_rows(
-    finalists: Sequence[Mapping[str, Any]], rows: list[dict], nets: Sequence[tuple[int, ...]], baseline: float,
-    analytic: bool, device_name: str, match: bool, max_noise: float = float("inf"), lut_too_noisy: bool = False,
-) -> tuple[list[dict[str, Any]], float, float]:
-    """Correct the timings to the LUT's reference `baseline` and give each finalist its median over rounds (§7, D24);
+@dataclass(frozen=True)
+class FinalistSession:
+    """How a measuring session's timings become its finalists' rows (§7, D24): the device's name; the LUT's reference
+    `baseline` they are corrected to (an `analytic` device is counted, not corrected); whether this machine's
+    fingerprint `match`es the LUT's; the noise gate `max_noise` of the session's rounds and whether the LUT's profile
+    failed its own (`lut_too_noisy`)."""
+
+    device: str
+    baseline: float
+    analytic: bool = False
+    match: bool = True
+    max_noise: float = math.inf
+    lut_too_noisy: bool = False
+
+
+def finalist_rows(finalists: Sequence[Mapping[str, Any]], rows: list[dict], nets: Sequence[tuple[int, ...]],
+                  session: FinalistSession) -> tuple[list[dict[str, Any]], float, float]:
+    """Correct the timings to the LUT's reference baseline and give each finalist its median over rounds (§7, D24);
     returns the rows, the session's own baseline and its noise across rounds. A finalist is flagged `too_noisy` when
-    the LUT's profile failed the noise gate or this session's noise across rounds exceeds `max_noise`."""
-    rows, session_baseline = correct(rows, None if analytic else baseline)
+    the LUT's profile failed the noise gate or this session's noise across rounds exceeds the gate."""
+    analytic = session.analytic
+    rows, session_baseline = correct(rows, None if analytic else session.baseline)
     per_net: dict[int, list[tuple[float, float]]] = {}
     for r in rows:
         per_net.setdefault(r["network"], []).append((r["latency_ms_raw"], r["latency_ms"]))
     noise = 0.0 if analytic else round_noise({k: [c for _, c in v] for k, v in per_net.items()})
-    noisy = bool(lut_too_noisy or noise > max_noise)
+    noisy = bool(session.lut_too_noisy or noise > session.max_noise)
     index = {n: k for k, n in enumerate(nets)}
     out_rows = []
     for f in finalists:
@@ -409,7 +425,7 @@ def finalist_rows(
         out_rows.append(
             {
                 "method": f["method"],
-                "device": device_name,
+                "device": session.device,
                 "target": f["target"],
                 "target_ms": f["target_ms"],
                 "unit": f["unit"],
@@ -423,7 +439,7 @@ def finalist_rows(
                 "meets_target_predicted": bool(f["predicted_ms"] <= f["target_ms"]),
                 "meets_target_measured": bool(measured <= f["target_ms"]),
                 "rel_error": f["predicted_ms"] / measured - 1.0,
-                "fingerprint_match": bool(match),
+                "fingerprint_match": bool(session.match),
                 "too_noisy": noisy,
             }
         )

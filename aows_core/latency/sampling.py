@@ -10,10 +10,11 @@ of eq. lat is seen `coverage` times; λ and the final quality are measured on tw
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
+from ..config import SamplingSettings
 from ..search.graph import space_argmin
 from ..space import SearchSpace, multiplier_configs
 
@@ -215,10 +216,10 @@ def config_sets(
     }
 
 
-def config_rows(space: SearchSpace, seed: int, sampling: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def config_rows(space: SearchSpace, seed: int, sampling: SamplingSettings) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Rows of the "configs" artifact: train (coverage-biased, + anchors), lambda_val and test (uniform) (§4, supp. A)."""
     s = sampling
-    sets = config_sets(space, seed, s["coverage"], s["lambda_val"], s["test"])
+    sets = config_sets(space, seed, s.coverage, s.lambda_val, s.test)
     rows, counts = [], {}
     for name in SETS:
         idx = sets[name]
@@ -226,7 +227,7 @@ def config_rows(space: SearchSpace, seed: int, sampling: Mapping[str, Any]) -> t
         sampler = "biased" if name == "train" else "uniform"
         for k in idx:
             rows.append({"config_id": len(rows), "channels": space.channels_of(k), "set": name, "sampler": sampler})
-        if name == "train" and s["anchors"]:  # the uniform multipliers, min and max included, if not sampled already
+        if name == "train" and s.anchors:  # the uniform multipliers, min and max included, if not sampled already
             seen = {tuple(r["channels"]) for r in rows}
             for _, ch in multiplier_configs(space):
                 if tuple(ch) not in seen:

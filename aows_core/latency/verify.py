@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..config import LutSettings
 from ..search.results import InfeasibleTarget
 from ..search.link import IDENTITY, Link
 from ..space import SearchSpace
@@ -61,13 +62,13 @@ def verify_decision(
 
 
 def refit_with(space: SearchSpace, sets: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
-               timed: Mapping[Channels, float], lut_cfg: Mapping[str, Any], weight: int,
+               timed: Mapping[Channels, float], lut: LutSettings, weight: int,
                link: Link = IDENTITY) -> np.ndarray:
-    """The table fitted as `fit-lut` fits it (§4 eq. linear_lat, λ on lambda_val) under the LUT's `link` (D39), held
-    fixed, with each verified network added to the training networks `weight` times."""
+    """The table fitted as `fit-lut` fits it (§4 eq. linear_lat, λ on lambda_val; the `lut:` settings) under the LUT's
+    `link` (D39), held fixed, with each verified network added to the training networks `weight` times."""
     idx_tr, l_tr, ids_tr = sets["train"]
     vi = np.stack([space.indices(list(c)) for c in timed])
     vl = np.array(list(timed.values()), dtype=np.float64)
     train = (np.concatenate([idx_tr] + [vi] * weight), np.concatenate([l_tr] + [vl] * weight),
              np.concatenate([ids_tr] + [np.full(len(vl), -1, dtype=ids_tr.dtype)] * weight))
-    return fit_table(space, {**sets, "train": train}, lut_cfg, link=link).fit.x
+    return fit_table(space, {**sets, "train": train}, lut, link=link).fit.x

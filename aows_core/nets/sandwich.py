@@ -16,7 +16,7 @@ the step's number. On the CPU, where nothing runs ahead of the host, the losses 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, ContextManager, Sequence
 
 import numpy as np
@@ -188,14 +188,25 @@ def _placed(ws: list, device: torch.device) -> list:
     return place_widths(torch.stack(ws), device)
 
 
+def _kl(logq: torch.Tensor, soft_targets: torch.Tensor) -> torch.Tensor:
+    return F.kl_div(logq, soft_targets, reduction="batchmean")
+
+
+def _soft_ce(logq: torch.Tensor, soft_targets: torch.Tensor) -> torch.Tensor:
+    return -(soft_targets * logq).sum(1).mean()
+
+
+# In-place distillation losses (§3) of log-probabilities against teacher probabilities, by name: KL(p‖q), or the soft
+# cross-entropy (same gradient).
+DISTILL_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"kl": _kl, "soft_ce": _soft_ce}
+
+
 def distill_loss(logits: torch.Tensor, soft_targets: torch.Tensor, kind: str = "kl") -> torch.Tensor:
-    """In-place distillation loss (§3) against detached teacher probabilities: KL(p‖q) or soft CE (same gradient)."""
-    logq = F.log_softmax(logits, dim=1)
-    if kind == "kl":
-        return F.kl_div(logq, soft_targets, reduction="batchmean")
-    if kind == "soft_ce":
-        return -(soft_targets * logq).sum(1).mean()
-    raise ValueError(f"unknown distillation loss {kind!r}; valid: 'kl', 'soft_ce'")
+    """In-place distillation loss (§3) against detached teacher probabilities: one of `DISTILL_LOSSES`."""
+    loss = DISTILL_LOSSES.get(kind)
+    if loss is None:
+        raise ValueError(f"unknown distillation loss {kind!r}; valid: {', '.join(map(repr, DISTILL_LOSSES))}")
+    return loss(F.log_softmax(logits, dim=1), soft_targets)
 
 
 def _updated_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -289,98 +300,108 @@ def _apply(optimizer, model, losses: torch.Tensor, scaler, grad_clip: float | No
     return bad
 
 
-def sandwich_step(
-    model: Supernet,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    sample_widths,
-    optimizer: torch.optim.Optimizer,
-    n_random: int = 1,
-    *,
-    label_smoothing: float = 0.0,
-    distill: str = "kl",
-    min_channels: Sequence[int] | None = None,
-    grad_clip: float | None = None,
-    step: int | None = None,
-    autocast: Callable[[], ContextManager] = contextlib.nullcontext,
-    scaler: torch.amp.GradScaler | None = None,
-    defer: bool | None = None,
-) -> SandwichResult:
+@dataclass(frozen=True)
+class SandwichOptions:
+    """How the sandwich steps of a run train (§3, D29): label smoothing of the max pass, the distillation loss
+    (`DISTILL_LOSSES`), the min configuration (None: the supernet's), gradient clipping, the forwards' autocast
+    context, the fp16 gradient scaler, and whether a step defers its finiteness check to the device (None: off the
+    CPU, `defers`)."""
+
+    label_smoothing: float = 0.0
+    distill: str = "kl"
+    min_channels: Sequence[int] | None = None
+    grad_clip: float | None = None
+    autocast: Callable[[], ContextManager] = contextlib.nullcontext
+    scaler: torch.amp.GradScaler | None = None
+    defer: bool | None = None
+
+
+class _Passes:
+    """The passes of one sandwich step, each forward under autocast and its own backward (so each graph is freed
+    early); under DDP the passes before the last run under `no_sync()`, so gradients are all-reduced once per step."""
+
+    def __init__(self, model, x: torch.Tensor, y: torch.Tensor, opts: SandwichOptions, n_pass: int):
+        self.model, self.x, self.y, self.opts, self.n_pass = model, x, y, opts, n_pass
+        self.no_sync = getattr(model, "no_sync", None)
+        self.state: dict = {}
+
+    def run(self, k: int, fn):
+        ctx = self.no_sync() if (self.no_sync is not None and k < self.n_pass - 1) else contextlib.nullcontext()
+        with ctx:
+            with self.opts.autocast():
+                loss, out = fn()
+            (loss if self.opts.scaler is None else self.opts.scaler.scale(loss)).backward()
+        return loss.detach(), out
+
+    def max_pass(self):
+        """The max configuration on labels; keeps its per-sample hard-label CE, soft targets and accuracy."""
+        logits = self.model(self.x).float()
+        loss = F.cross_entropy(logits, self.y, label_smoothing=self.opts.label_smoothing)
+        with torch.no_grad():
+            self.state["ce_max"] = F.cross_entropy(logits, self.y, reduction="none")  # hard labels, whatever the smoothing
+            self.state["soft"] = F.softmax(logits, dim=1)
+            self.state["acc"] = (logits.argmax(1) == self.y).float().mean()
+        return loss, None
+
+    def min_pass(self, min_config: Sequence[int]):
+        """The min configuration (sliced) on the max's soft targets."""
+        logits = self.model(self.x, channels=self.opts.min_channels or min_config).float()
+        return distill_loss(logits, self.state["soft"], self.opts.distill), None
+
+    def random_pass(self, w):
+        """A per-sample random configuration (masked) on the max's soft targets, with its per-sample hard-label CE."""
+        def fn():
+            lg = self.model(self.x, w).float()
+            with torch.no_grad():
+                ce = F.cross_entropy(lg, self.y, reduction="none")
+            return distill_loss(lg, self.state["soft"], self.opts.distill), ce
+
+        return fn
+
+
+def _options(options: dict) -> SandwichOptions:
+    """`sandwich_step`'s options: `opts` (a SandwichOptions, default all defaults) with any field given by keyword."""
+    opts = options.pop("opts", None) or SandwichOptions()
+    return replace(opts, **options) if options else opts
+
+
+def sandwich_step(model: Supernet, x: torch.Tensor, y: torch.Tensor, sample_widths, optimizer: torch.optim.Optimizer,
+                  n_random: int = 1, *, step: int | None = None, **options) -> SandwichResult:
     """One sandwich-rule step with in-place distillation (§3) and per-sample random configurations (§5).
 
     sample_widths: per-sample channel counts of the random passes: a (B, n_layers) tensor
     (n_random = 1), an (R, B, n_layers) tensor, a sequence of R (B, n_layers) tensors or `DeviceWidths`, or a
     callable r ↦ (B, n_layers) tensor. The max configuration is trained on labels (hard CE, optional label
     smoothing), the min configuration (sliced) and the random passes (masked) on the max's detached
-    probabilities. Gradients of the passes are accumulated (backward per pass, so each graph is
-    freed early) and ONE optimizer step is taken on their sum. A non-finite loss is never applied:
-    `defer` False (default on the CPU) raises `NonFiniteLoss` before the optimizer step (gradients zeroed);
-    True (default on other devices, D29) undoes the step on the device and sets `nonfinite`, read later
-    through `record()`. Host widths are moved to the device once per step (`place_widths`).
-    `model` may be a DistributedDataParallel wrapper: every pass goes through its forward, the passes
-    before the last run under `no_sync()`, so gradients are all-reduced once per step.
-    Mixed precision (docs/method.md D29): each forward runs under `autocast()` (a torch.autocast context),
-    losses are computed on float32 logits, backward runs outside it; with a `scaler` (fp16) the losses are
-    scaled and a step whose gradients (or losses) are not finite is skipped by the scaler's rule, not raised.
+    probabilities; gradients of the passes are accumulated and ONE optimizer step is taken on their sum.
+    `options`: the run's `SandwichOptions`, as one object (`opts=`) and/or field by field (`label_smoothing=0.1`).
+    A non-finite loss is never applied: `defer` False (default on the CPU) raises `NonFiniteLoss` (with `step`'s
+    number) before the optimizer step (gradients zeroed); True (default on other devices, D29) undoes the step on the
+    device and sets `nonfinite`, read later through `record()`. Host widths are moved to the device once per step
+    (`place_widths`). `model` may be a DistributedDataParallel wrapper (`_Passes`). Mixed precision (D29): each
+    forward runs under `autocast()`, losses are computed on float32 logits, backward runs outside it; with a `scaler`
+    (fp16) the losses are scaled and a step whose gradients (or losses) are not finite is skipped by the scaler's rule,
+    not raised.
     """
+    opts = _options(options)
     net = getattr(model, "module", model)  # a DistributedDataParallel wrapper routes forward to .module
     model.train()
-    deferred = defers(x.device) if defer is None else bool(defer)
+    deferred = defers(x.device) if opts.defer is None else bool(opts.defer)
     B = x.shape[0]
     ws = _placed(_as_width_list(sample_widths, n_random, B), x.device)
     optimizer.zero_grad(set_to_none=True)
-    kept = kept_buffers(net) if deferred or scaler is not None else []  # a step that may be skipped, not raised
-    # Under DDP, gradients are accumulated locally and all-reduced once, by the last pass's backward.
-    no_sync = getattr(model, "no_sync", None)
-    n_pass = 2 + len(ws)
-
-    def run(k: int, fn):
-        ctx = no_sync() if (no_sync is not None and k < n_pass - 1) else contextlib.nullcontext()
-        with ctx:
-            with autocast():
-                loss, out = fn()
-            (loss if scaler is None else scaler.scale(loss)).backward()
-        return loss.detach(), out
-
-    state: dict = {}
-
-    def max_pass():
-        logits = model(x).float()
-        loss = F.cross_entropy(logits, y, label_smoothing=label_smoothing)
-        with torch.no_grad():
-            state["ce_max"] = F.cross_entropy(logits, y, reduction="none")  # hard labels, whatever the smoothing
-            state["soft"] = F.softmax(logits, dim=1)
-            state["acc"] = (logits.argmax(1) == y).float().mean()
-        return loss, None
-
-    def min_pass():
-        return distill_loss(model(x, channels=min_channels or net.min_config).float(), state["soft"], distill), None
-
-    def random_pass(w):
-        def fn():
-            lg = model(x, w).float()
-            with torch.no_grad():
-                ce = F.cross_entropy(lg, y, reduction="none")
-            return distill_loss(lg, state["soft"], distill), ce
-
-        return fn
-
-    losses = [run(0, max_pass)[0], run(1, min_pass)[0]]
+    kept = kept_buffers(net) if deferred or opts.scaler is not None else []  # a step that may be skipped, not raised
+    passes = _Passes(model, x, y, opts, 2 + len(ws))
+    losses = [passes.run(0, passes.max_pass)[0], passes.run(1, lambda: passes.min_pass(net.min_config))[0]]
     ce_rand = []
     for r, w in enumerate(ws):
-        loss, ce = run(2 + r, random_pass(w))
+        loss, ce = passes.run(2 + r, passes.random_pass(w))
         losses.append(loss)
         ce_rand.append(ce)
-    ce_max = state["ce_max"]
+    ce_max = passes.state["ce_max"]
     vals = torch.stack(losses).double()
-    bad = _apply(optimizer, model, vals, scaler, grad_clip, deferred, step)
+    bad = _apply(optimizer, model, vals, opts.scaler, opts.grad_clip, deferred, step)
     restore_where(bad, kept)
-    return SandwichResult(
-        ce_max=ce_max,
-        ce_random=torch.stack(ce_rand) if ce_rand else ce_max.new_zeros((0, B)),
-        losses=vals,
-        acc=state["acc"].double(),
-        nonfinite=bad,
-        step=step,
-        skipped_by_scaler=scaler is not None,
-    )
+    return SandwichResult(ce_max=ce_max, ce_random=torch.stack(ce_rand) if ce_rand else ce_max.new_zeros((0, B)),
+                          losses=vals, acc=passes.state["acc"].double(), nonfinite=bad, step=step,
+                          skipped_by_scaler=opts.scaler is not None)

@@ -17,8 +17,7 @@ import numpy as np
 from ..space import SearchSpace, multiplier_configs
 from .results import InfeasibleTarget
 from .graph import space_latency_chain
-from .link import IDENTITY, Link
-from .targets import lut_tables, resolve_target
+from .targets import DeviceTable, lut_tables
 
 
 def baseline_row(space: SearchSpace, method: str, device: str, target: str, value: float, unit: str,
@@ -29,44 +28,43 @@ def baseline_row(space: SearchSpace, method: str, device: str, target: str, valu
             "gamma": None, "dual_bound": None, "gap": None, "exact": False, "unvisited_policy": None, "epoch": None}
 
 
-def _latencies(space: SearchSpace, x: np.ndarray, configs: Sequence[Sequence[int]], link: Link) -> np.ndarray:
-    chain = space_latency_chain(space, lut_tables(space, x))
+def _latencies(space: SearchSpace, table: DeviceTable, configs: Sequence[Sequence[int]]) -> np.ndarray:
+    chain = space_latency_chain(space, lut_tables(space, table.x))
     paths = np.array([space.indices(c) for c in configs])
-    return np.asarray(link(np.asarray(chain.latency(paths), dtype=np.float64)), dtype=np.float64)
+    return np.asarray(table.link(np.asarray(chain.latency(paths), dtype=np.float64)), dtype=np.float64)
 
 
-def _decide_from(space: SearchSpace, x: np.ndarray, configs: Sequence[Sequence[int]], targets: Sequence[str], *,
-                 method: str, device: str, unit: str, pick: int,
-                 infeasible: Callable[[str, float, np.ndarray], str], link: Link) -> list[dict[str, Any]]:
+def _decide_from(space: SearchSpace, table: DeviceTable, configs: Sequence[Sequence[int]], targets: Sequence[str], *,
+                 method: str, pick: int, infeasible: Callable[[str, float, np.ndarray], str]) -> list[dict[str, Any]]:
     """Per target, the first (pick=0) or last (pick=-1) of `configs` whose predicted latency (LUT and link) meets it."""
-    lat = _latencies(space, x, configs, link)
+    lat = _latencies(space, table, configs)
     rows = []
     for t in targets:
-        value = resolve_target(t, space, x, unit, link)
+        value = table.resolve(t, space)
         ok = np.flatnonzero(lat <= value)
         if not ok.size:
             raise InfeasibleTarget(infeasible(t, value, lat), float(lat.min()))
         k = int(ok[pick])
-        rows.append(baseline_row(space, method, device, t, value, unit, list(configs[k]), lat[k]))
+        rows.append(baseline_row(space, method, table.device, t, value, table.unit, list(configs[k]), lat[k]))
     return rows
 
 
-def decide_greedy(space: SearchSpace, trajectory: Sequence[Sequence[int]], x: np.ndarray, targets: Sequence[str],
-                  *, device: str, unit: str, link: Link = IDENTITY) -> list[dict[str, Any]]:
+def decide_greedy(space: SearchSpace, trajectory: Sequence[Sequence[int]], table: DeviceTable,
+                  targets: Sequence[str]) -> list[dict[str, Any]]:
     """Per target, the first point of the greedy trajectory whose LUT latency meets it (§3)."""
+    unit = table.unit
     return _decide_from(
-        space, x, trajectory, targets, method="greedy", device=device, unit=unit, pick=0, link=link,
+        space, table, trajectory, targets, method="greedy", pick=0,
         infeasible=lambda t, value, lat: f"target {t!r} = {value:.4g} {unit}: no point of the greedy trajectory "
         f"meets it (its fastest is {lat.min():.4g} {unit})",
     )
 
 
-def decide_uniform(space: SearchSpace, x: np.ndarray, targets: Sequence[str], *, device: str,
-                   unit: str, link: Link = IDENTITY) -> list[dict[str, Any]]:
+def decide_uniform(space: SearchSpace, table: DeviceTable, targets: Sequence[str]) -> list[dict[str, Any]]:
     """Per target, the largest uniform width multiplier whose LUT latency meets it (§7)."""
-    cands = multiplier_configs(space)
+    cands, unit = multiplier_configs(space), table.unit
     return _decide_from(
-        space, x, [c for _, c in cands], targets, method="uniform", device=device, unit=unit, pick=-1, link=link,
+        space, table, [c for _, c in cands], targets, method="uniform", pick=-1,
         infeasible=lambda t, value, lat: f"target {t!r} = {value:.4g} {unit}: even the smallest uniform multiplier "
         f"({cands[0][0]:.3g}×) takes {lat[0]:.4g} {unit}",
     )

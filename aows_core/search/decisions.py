@@ -6,26 +6,25 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..config import DecodeSettings
 from ..space import SearchSpace
 from .results import DecodeResult
 from .unvisited import apply_unvisited
 from .graph import space_chain
-from .link import IDENTITY, Link
-from .targets import lut_tables, resolve_target
+from .targets import DeviceTable, lut_tables
 
 
-def decision_row(
-    space: SearchSpace, result: DecodeResult, *, method: str, device: str, target: str, unit: str, policy: str | None,
-    epoch: int | None, link: Link = IDENTITY,
-) -> dict[str, Any]:
+def decision_row(space: SearchSpace, result: DecodeResult, table: DeviceTable, *, method: str, target: str,
+                 policy: str | None, epoch: int | None) -> dict[str, Any]:
     """A row of the decisions contract from a chain decode of the budget g⁻¹(target) (D39): target and predicted
-    latency on the scale of g, γ and the dual bound on the decoder's additive scale."""
+    latency on the scale of the table's link g, γ and the dual bound on the decoder's additive scale."""
+    link = table.link
     return {
         "method": method,
-        "device": device,
+        "device": table.device,
         "target": target,
         "target_ms": float(link(float(result.target))),
-        "unit": unit,
+        "unit": table.unit,
         "channels": space.channels_of(result.path),
         "predicted_latency_ms": float(link(float(result.latency))),
         "objective": float(result.objective),
@@ -38,31 +37,18 @@ def decision_row(
     }
 
 
-def decide(
-    space: SearchSpace,
-    unaries: Sequence[np.ndarray],
-    x: np.ndarray,
-    targets: Sequence[str],
-    *,
-    method: str,
-    device: str,
-    unit: str,
-    policy: str = "exclude",
-    exact: bool = True,
-    epoch: int | None = None,
-    link: Link = IDENTITY,
-) -> list[dict[str, Any]]:
-    """Decisions for each target: the constrained optimum of Σδ + γΣL (eq. lagrange; exact mode by default) under
-    the budget g⁻¹(target) of the LUT's link (D39)."""
+def decide(space: SearchSpace, unaries: Sequence[np.ndarray], table: DeviceTable, targets: Sequence[str], *,
+           method: str, decode: DecodeSettings = DecodeSettings(), epoch: int | None = None) -> list[dict[str, Any]]:
+    """Decisions for each target: the constrained optimum of Σδ + γΣL (eq. lagrange; exact mode unless `decode.exact`
+    is off, unvisited widths by `decode.unvisited`) under the budget g⁻¹(target) of the table's link (D39)."""
+    policy = decode.unvisited
     u = apply_unvisited(unaries, policy, widths=space.choices)
-    chain = space_chain(space, u, lut_tables(space, x))  # a residual space compiled to a chain (D44)
+    chain = space_chain(space, u, lut_tables(space, table.x))  # a residual space compiled to a chain (D44)
     rows = []
     for t in targets:
-        value = resolve_target(t, space, x, unit, link)
-        rows.append(
-            decision_row(space, chain.decode(link.inverse(value), exact=exact), method=method, device=device, target=t,
-                         unit=unit, policy=policy, epoch=epoch, link=link)
-        )
+        budget = table.link.inverse(table.resolve(t, space))
+        rows.append(decision_row(space, chain.decode(budget, exact=decode.exact), table, method=method, target=t,
+                                 policy=policy, epoch=epoch))
     return rows
 
 

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..config import AowsSettings
 from ..space import SearchSpace, pad_nodes
 from .chain import Chain
 from .marginals import Marginals
@@ -145,31 +146,23 @@ class AOWSSampler:
     """Per-iteration configuration sampler of AOWS (§6): γ from the constrained decode, marginals at T·s, samples.
 
     `sample(unaries, temperature, size, rng)` → (size, n+1) choice indices. Each call:
-    1. resolves unvisited widths (NaN δ) with `policy` (unvisited.apply_unvisited; default "pessimistic",
-       so a width that has not been seen stays reachable, unlike "exclude");
+    1. resolves unvisited widths (NaN δ) with `policy` (`aows.unvisited`, unvisited.apply_unvisited; default
+       "pessimistic", so a width that has not been seen stays reachable, unlike "exclude");
     2. every `refresh` calls (the first included): γ ← `Chain.decode(target).gamma` at the current
-       unaries — where that is 0 (the target does not bind) and `unbound` is "target", γ ← −(the
-       multiplier of min Σδ s.t. ΣL ≥ target) (`sampling_gamma`, D31) — and with scale="auto"
+       unaries — where that is 0 (the target does not bind) and `aows.unbound` is "target", γ ← −(the
+       multiplier of min Σδ s.t. ΣL ≥ target) (`sampling_gamma`, D31) — and with `aows.temperature_scale` auto
        s ← `calibrate_scale` at that γ;
     3. marginals of exp(−E_γ/(T·s)) by the relaxed min-sum (`Chain.marginals(γ, T·s)`);
-    4. draws `size` configurations, "per_node" (default) or "joint".
+    4. draws `size` configurations, "per_node" (default) or "joint" (`aows.sampling`).
     `last` records step, γ, T, s, T·s, mode, whether γ was refreshed, whether the target binds, the
     decoded path's latency and objective, the marginals' mean normalised entropy and the mean LUT latency of the drawn
     configurations; `state_dict()` holds what a resume needs (step, γ, s, the draws' seed).
     """
 
-    def __init__(
-        self,
-        space: SearchSpace,
-        lut_x: np.ndarray,
-        target_ms: float,
-        policy: str = "pessimistic",
-        mode: str = "per_node",
-        scale: str | float = "auto",
-        refresh: int = 1,
-        seed: int = 0,
-        unbound: str = "target",
-    ):
+    def __init__(self, space: SearchSpace, lut_x: np.ndarray, target_ms: float, settings: AowsSettings = AowsSettings(),
+                 *, refresh: int = 1, seed: int = 0):
+        """`settings`: the `aows:` section (its unvisited policy, sampling mode, temperature scale and unbound rule)."""
+        policy, mode, scale, unbound = settings.unvisited, settings.sampling, settings.temperature_scale, settings.unbound
         if mode not in MODES:
             raise ValueError(f"unknown sampling mode {mode!r}; valid: {list(MODES)}")
         if unbound not in UNBOUND:

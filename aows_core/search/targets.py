@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -11,7 +12,27 @@ from .results import InfeasibleTarget
 from .graph import space_latency_chain
 from .link import IDENTITY, Link
 
-__all__ = ["TARGET_PATTERN", "Target", "parse_target", "lut_tables", "latency_range", "resolve_target", "check_feasible"]
+__all__ = ["TARGET_PATTERN", "Target", "parse_target", "lut_tables", "latency_range", "resolve_target", "check_feasible",
+           "DeviceTable"]
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceTable:
+    """A device's latency table as the decoders read it (§4, §5): the LUT vector `x`, the unit of its entries (ms, or
+    MMAC for `flops`), its link g (D39) and the device's name, which labels the decisions."""
+
+    x: np.ndarray
+    unit: str
+    link: Link = IDENTITY
+    device: str = ""
+
+    def resolve(self, target: Target | str, space: SearchSpace) -> float:
+        """`resolve_target` under this table."""
+        return resolve_target(target, space, self.x, self.unit, self.link)
+
+    def with_x(self, x: np.ndarray) -> "DeviceTable":
+        """The same device, unit and link with another table (a verified decision's refit, D36)."""
+        return replace(self, x=x)
 
 
 def lut_tables(space: SearchSpace, x: np.ndarray) -> list[np.ndarray]:
@@ -38,13 +59,12 @@ def resolve_target(target: Target | str, space: SearchSpace, x: np.ndarray, unit
     """The target in the LUT's unit (ms, or MMAC for `flops`), on the scale of predicted latency g(Σ_i L_i) (D39);
     a unit mismatch is an error."""
     t = parse_target(target) if isinstance(target, str) else target
-    if t.kind == "range":
+    if t.is_relative:
         lo, hi, _, _ = latency_range(space, x, link)
-        return lo + t.value * (hi - lo)
-    want = "MMAC" if t.kind == "mflops" else "ms"
-    if unit != want:
+        return t.resolve(lo, hi)
+    if unit != t.unit:
         raise ValueError(
-            f"target {t.text!r} is in {want}, but this device's latency table is in {unit}; "
+            f"target {t.text!r} is in {t.unit}, but this device's latency table is in {unit}; "
             f"use {'an ms' if unit == 'ms' else 'a mflops'} target or a relative 'range:' target"
         )
     return t.value

@@ -4,7 +4,9 @@ Each stage module declares COMMAND, HELP, PARSER_KWARGS, INPUTS, OUTPUTS, `add_a
 `run(config, inputs, outputs, **options)` and `report(result, args)`; optional hooks are
 `needs_config(args)`, `from_args(args)` and `launch(config, args)` (the training stages relaunch themselves
 as data-parallel processes through `torchrun`). Stages are the only layer that wires artifacts (I/O) to the
-algorithms. This package imports no stage module until `modules()`.
+algorithms, and the only one that reads the config dict: `run` resolves it once (`config.resolve`: one frozen
+object per section, the space built once) and passes the Settings, or the sections it needs, down. This package
+imports no stage module until `modules()`.
 """
 
 from __future__ import annotations

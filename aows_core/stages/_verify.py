@@ -3,82 +3,115 @@ the device session, the pinned targets and the refit around `aows_core.latency.v
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from ..config import Settings
+    from ..search.targets import DeviceTable
     from ..space import SearchSpace
 
 
-def decide_verified(config: Mapping[str, Any], latency: Any, lut_path: Any, device_name: str, space: SearchSpace,
-                    x0: np.ndarray, tmeta: Mapping[str, Any], decide_one: Callable[[np.ndarray, str], dict[str, Any]],
+@dataclass(frozen=True, eq=False)
+class LutFile:
+    """A device's LUT as read from its file (`artifacts.read_lut`): the path, the device, the table and its metadata."""
+
+    path: Any
+    device: str
+    x: np.ndarray
+    meta: Mapping[str, Any]
+
+    @classmethod
+    def read(cls, path: Any, space: SearchSpace, device: str) -> "LutFile":
+        from .. import artifacts
+
+        x, meta = artifacts.read_lut(path, space, device)
+        return cls(path, device, x, meta)
+
+    @property
+    def table(self) -> DeviceTable:
+        """The table as the decoders read it: its unit and link (D39), labelled with the device."""
+        from ..search.link import Link
+        from ..search.targets import DeviceTable
+
+        return DeviceTable(self.x, self.meta["unit_short"], Link.from_meta(self.meta), self.device)
+
+
+def decide_verified(settings: Settings, lut: LutFile, latency: Any, decide_one: Callable[[DeviceTable, str], dict[str, Any]],
                     targets: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One decision per target, each verified on the device when `latency` (the file the LUT was fitted on) is given,
     `verify.max_rounds` > 0 and the device is not analytic; returns the rows and the decisions' `verification`
     metadata (per target: converged, its verified table `lut`, and the trace of verify_decision)."""
     from .. import artifacts
-    from ..latency.lut import columns_of, split_sets
-    from ..latency.protocol import MeasureError
-    from ..search.link import Link
-    from ..search.targets import resolve_target
-
-    settings = dict(config["verify"])
-    unit, link = tmeta["unit_short"], Link.from_meta(tmeta)
-    plain = {"settings": settings, "verified": False}
-    if latency is None:
-        return [decide_one(x0, t) for t in targets], {**plain, "reason": "no latency file given (--latency)"}
-    ltable, lmeta = artifacts.read_latency(latency, space, device_name)
-    artifacts.require_fitted_on(lut_path, tmeta, latency, lmeta, device_name)
-    if lmeta.get("analytic") or settings["max_rounds"] == 0:
-        reason = "analytic device: its table is exact" if lmeta.get("analytic") else "verify.max_rounds is 0"
-        return [decide_one(x0, t) for t in targets], {**plain, "reason": reason}
-
     from ..devices import get_device
-    from ..latency.verify import refit_with, verify_decision
+    from ..latency.protocol import MeasureError
     from .measure import check_session
 
-    sets = split_sets(space, columns_of(ltable))  # the rows `fit-lut` fitted on
-    # the LUT's own smoothness weight (D38) and link (D39): a refit moves the table around the verified networks, not
-    # its prior
-    lut_cfg = {**config["lut"], "smoothness": [float(tmeta.get("smoothness", 0.0))]}
-    spec, protocol = dict(config["devices"][device_name]), dict(config["profiling"])
-    dev = get_device(spec, space, int(config["seed"]))
-    rows, per_target = [], []
+    space, verify, table = settings.space, settings.verify, lut.table
+    plain = {"settings": verify.to_dict(), "verified": False}
+    if latency is None:
+        return [decide_one(table, t) for t in targets], {**plain, "reason": "no latency file given (--latency)"}
+    ltable, lmeta = artifacts.read_latency(latency, space, lut.device)
+    artifacts.require_fitted_on(lut.path, lut.meta, latency, lmeta, lut.device)
+    if lmeta.get("analytic") or verify.max_rounds == 0:
+        reason = "analytic device: its table is exact" if lmeta.get("analytic") else "verify.max_rounds is 0"
+        return [decide_one(table, t) for t in targets], {**plain, "reason": reason}
+
+    spec = settings.device(lut.device)
+    dev = get_device(spec, space, settings.seed)
     try:
         try:
-            check_session(dev, spec, lmeta, protocol, latency, dev.fingerprint(), "error")
+            check_session(dev, spec, lmeta, settings.profiling, latency, dev.fingerprint(), "error")
         except MeasureError as e:
             raise MeasureError(f"{e}\n(verifying decisions on the device; verify.max_rounds: 0 decides on the "
                                f"profiled table alone)") from None
-        time_network = _timer(dev, space, protocol, lmeta, int(config["seed"]), int(settings["rounds"]))
-        for t in targets:
-            value = resolve_target(t, space, x0, unit, link)  # pinned: a refit moves L_min and L_max of `range:` targets
-            pinned = f"{value:.12f}ms"
-
-            def decide(x: np.ndarray, t: str = t, pinned: str = pinned) -> dict[str, Any]:
-                return {**decide_one(x, pinned), "target": t}
-
-            row, x, trace = verify_decision(
-                decide, time_network,
-                lambda timed: refit_with(space, sets, timed, lut_cfg, int(settings["weight"]), link),
-                x0, tolerance=float(settings["tolerance"]), max_rounds=int(settings["max_rounds"]))
-            rows.append(row)
-            per_target.append({"target": t, "converged": abs(trace[-1]["rel_error"]) <= settings["tolerance"],
-                               "networks_timed": sum(r["timed"] for r in trace), "lut": [float(v) for v in x],
-                               "trace": trace})
+        rows, per_target = _verify_targets(settings, lut, (ltable, lmeta), _timer(dev, settings, lmeta), decide_one,
+                                           targets)
     finally:
         dev.close()
-    return rows, {"settings": settings, "verified": True, "targets": per_target}
+    return rows, {"settings": verify.to_dict(), "verified": True, "targets": per_target}
 
 
-def _timer(dev: Any, space: SearchSpace, protocol: Mapping[str, Any], lmeta: Mapping[str, Any], seed: int,
-           rounds: int) -> Callable[[Sequence[int]], float]:
-    """A network's latency as `measure` gives it: median over `rounds` of the profiling protocol's timing, corrected
-    to the LUT's reference baseline (§7, D24, D27)."""
+def _verify_targets(settings: Settings, lut: LutFile, latency: tuple[Any, Mapping[str, Any]],
+                    time_network: Callable[[Sequence[int]], float], decide_one: Callable[[DeviceTable, str], dict],
+                    targets: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`verify_decision` of each target on the table refitted with the timings of its decided networks (D36)."""
+    from ..latency.lut import columns_of, split_sets
+    from ..latency.verify import refit_with, verify_decision
+
+    space, verify, table = settings.space, settings.verify, lut.table
+    sets = split_sets(space, columns_of(latency[0]))  # the rows `fit-lut` fitted on
+    # the LUT's own smoothness weight (D38) and link (D39): a refit moves the table around the verified networks, not
+    # its prior
+    lut_settings = settings.lut.replace(smoothness=[float(lut.meta.get("smoothness", 0.0))])
+    rows, per_target = [], []
+    for t in targets:
+        value = table.resolve(t, space)  # pinned: a refit moves L_min and L_max of `range:` targets
+        pinned = f"{value:.12f}ms"
+
+        def decide(x: np.ndarray, t: str = t, pinned: str = pinned) -> dict[str, Any]:
+            return {**decide_one(table.with_x(x), pinned), "target": t}
+
+        row, x, trace = verify_decision(
+            decide, time_network,
+            lambda timed: refit_with(space, sets, timed, lut_settings, int(verify.weight), table.link),
+            lut.x, tolerance=float(verify.tolerance), max_rounds=int(verify.max_rounds))
+        rows.append(row)
+        per_target.append({"target": t, "converged": abs(trace[-1]["rel_error"]) <= verify.tolerance,
+                           "networks_timed": sum(r["timed"] for r in trace), "lut": [float(v) for v in x],
+                           "trace": trace})
+    return rows, per_target
+
+
+def _timer(dev: Any, settings: Settings, lmeta: Mapping[str, Any]) -> Callable[[Sequence[int]], float]:
+    """A network's latency as `measure` gives it: median over `verify.rounds` of the profiling protocol's timing,
+    corrected to the LUT's reference baseline (§7, D24, D27)."""
     from ..latency.protocol import correct, measure_plan, time_jobs
 
     baseline, first = float(lmeta["reference_baseline"]), [int(lmeta["next_job"])]
+    space, protocol, seed, rounds = settings.space, settings.profiling, settings.seed, int(settings.verify.rounds)
 
     def time_network(channels: Sequence[int]) -> float:
         jobs = measure_plan([channels], rounds, seed, False, first[0])

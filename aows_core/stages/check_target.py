@@ -26,11 +26,11 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         target: str) -> float:
     """Resolve one target against a device's LUT; refuse it, naming the minimum, if no network meets it (D14)."""
     from .. import artifacts
-    from ..config import space_from_config
+    from ..config import resolve
     from ..search.link import Link
     from ..search.targets import check_feasible
 
-    space = space_from_config(config)
+    space = resolve(config).space
     x, meta = artifacts.read_lut(inputs["lut"], space, device)
     unit = meta["unit_short"]
     value, lo, hi = check_feasible(target, space, x, unit, device, Link.from_meta(meta))

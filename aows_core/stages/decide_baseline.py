@@ -31,14 +31,14 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     """Decisions of a baseline: `greedy` (first trajectory point meeting the target, D22) or `uniform` multipliers,
     each verified on the device when the latency file is given (D36)."""
     from .. import artifacts
-    from ..config import space_from_config
+    from ..config import resolve
     from ..search.baselines import decide_greedy, decide_uniform
-    from ..search.link import Link
-    from ._verify import decide_verified
+    from ._verify import LutFile, decide_verified
 
-    space = space_from_config(config)
-    x, tmeta = artifacts.read_lut(inputs["lut"], space, device)
-    unit, link = tmeta["unit_short"], Link.from_meta(tmeta)
+    settings = resolve(config)
+    space = settings.space
+    lut = LutFile.read(inputs["lut"], space, device)
+    tmeta = lut.meta
     extra: dict[str, Any] = {}
     if method == "greedy":
         trajectory = inputs.get("trajectory")
@@ -48,15 +48,14 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         configs = table.column("channels").to_pylist()
         extra = {"trajectory_meta": gmeta}
 
-        def decide_one(xx, t):
-            return decide_greedy(space, configs, xx, [t], device=device, unit=unit, link=link)[0]
+        def decide_one(table, t):
+            return decide_greedy(space, configs, table, [t])[0]
     elif method == "uniform":
-        def decide_one(xx, t):
-            return decide_uniform(space, xx, [t], device=device, unit=unit, link=link)[0]
+        def decide_one(table, t):
+            return decide_uniform(space, table, [t])[0]
     else:
         raise ValueError(f"unknown baseline {method!r}; expected 'greedy' or 'uniform'")
-    rows, verification = decide_verified(config, inputs.get("latency"), inputs["lut"], device, space, x, tmeta,
-                                         decide_one, target)
+    rows, verification = decide_verified(settings, lut, inputs.get("latency"), decide_one, target)
     artifacts.write_decisions(rows, outputs["out"], {
         "space_name": space.name, "space_hash": space.hash, "device": device, "fingerprint": tmeta.get("fingerprint"),
         "unit": tmeta.get("unit"), "lut_lambda": tmeta.get("lam"), "verification": verification, **extra,

@@ -32,26 +32,24 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     """Decisions of `method` for each target from a unaries artifact and a device's LUT (§5 eq. lagrange), each
     verified on the device when the latency file is given (D36)."""
     from .. import artifacts
-    from ..config import space_from_config
+    from ..config import resolve
     from ..search.decisions import decide, width_signal_note
-    from ..search.link import Link
-    from ._verify import decide_verified
+    from ._verify import LutFile, decide_verified
 
-    space = space_from_config(config)
-    x, tmeta = artifacts.read_lut(inputs["lut"], space, device)
+    settings = resolve(config)
+    space, d = settings.space, settings.decode
+    lut = LutFile.read(inputs["lut"], space, device)
+    tmeta = lut.meta
     u, umeta, chosen = artifacts.read_unaries(inputs["unaries"], space, epoch)
-    d = config["decode"]
-    link = Link.from_meta(tmeta)
     rows, verification = decide_verified(
-        config, inputs.get("latency"), inputs["lut"], device, space, x, tmeta,
-        lambda xx, t: decide(space, u, xx, [t], method=method, device=device, unit=tmeta["unit_short"],
-                             policy=d["unvisited"], exact=d["exact"], epoch=chosen, link=link)[0], target)
+        settings, lut, inputs.get("latency"),
+        lambda table, t: decide(space, u, table, [t], method=method, decode=d, epoch=chosen)[0], target)
     z = umeta.get("width_signal_z")
     for r in rows:
         r["width_signal_z"] = z
     artifacts.write_decisions(rows, outputs["out"], {
         "space_name": space.name, "space_hash": space.hash, "device": device, "fingerprint": tmeta.get("fingerprint"),
-        "unit": tmeta.get("unit"), "lut_lambda": tmeta.get("lam"), "unaries_meta": umeta, "decode": dict(d),
+        "unit": tmeta.get("unit"), "lut_lambda": tmeta.get("lam"), "unaries_meta": umeta, "decode": d.to_dict(),
         "width_signal_note": width_signal_note(z), "verification": verification,
     })
     return rows

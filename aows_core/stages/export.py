@@ -28,12 +28,13 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     import onnx
 
     from .. import artifacts
-    from ..config import data_spec, space_from_config
+    from ..config import resolve
     from ..data import test_batches
     from ..nets.network import Network, folded_state
     from ..nets.onnx import check_agreement, onnx_from_weights
 
-    space = space_from_config(config)
+    settings = resolve(config)
+    space = settings.space
     state = artifacts.read_network(inputs["model"], space)
     channels = [int(c) for c in state["channels"]]
     net = Network(space, channels, init=False)
@@ -42,7 +43,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 
     proto = onnx_from_weights(space, channels, folded_state(net), batch=None)
     onnx.checker.check_model(proto)
-    x = next(iter(test_batches(data_spec(config, None), batch_size=n_check)))[0].contiguous()
+    x = next(iter(test_batches(settings.data_spec(None), batch_size=n_check)))[0].contiguous()
     err, agree = check_agreement(proto, net, x, rtol, atol)
 
     out_dir = Path(outputs["out_dir"])

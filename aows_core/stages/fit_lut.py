@@ -26,11 +26,12 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     """Fit the LUT on the train set, choosing λ, μ and the link on lambda_val only (§4 eq. linear_lat + soft prior,
     D5–D7, D38, D39)."""
     from .. import artifacts
-    from ..config import space_from_config
+    from ..config import resolve
     from ..latency import fit, lut
 
     latency = inputs["latency"]
-    space = space_from_config(config)
+    settings = resolve(config)
+    space = settings.space
     table, lmeta = artifacts.read_latency(latency, space, device)
     sets = lut.split_sets(space, lut.columns_of(table))
     l_tr, l_val = sets["train"][1], sets["lambda_val"][1]
@@ -41,7 +42,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         from ..devices.flops import variable_macs
 
         exact = variable_macs(space) * lmeta["device_spec"].get("batch_size", 1) / 1e6
-    table_fit = fit.fit_table(space, sets, config["lut"], exact=exact)
+    table_fit = fit.fit_table(space, sets, settings.lut, exact=exact)
     chosen, rows, row = table_fit.fit, table_fit.rows, table_fit.row
     meta = artifacts.provenance(
         space,
@@ -59,7 +60,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
         lam=chosen.lam,
         smoothness=chosen.mu,
         link=chosen.link.to_meta(),
-        ridge=config["lut"]["ridge"],
+        ridge=settings.lut.ridge,
         n_train=int(len(l_tr)),
         n_lambda_val=int(len(l_val)),
         n_inequalities=int(lut.monotonicity_matrix(space).shape[0]),

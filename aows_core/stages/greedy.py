@@ -5,9 +5,12 @@ With greedy.processes = N > 1 the command relaunches itself under torchrun (`lau
 from __future__ import annotations
 
 import argparse
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from . import add_config
+
+if TYPE_CHECKING:
+    from ..config import Settings
 
 COMMAND = "greedy"
 HELP = "the AutoSlim greedy trajectory of the OWS supernet (§3)"
@@ -35,29 +38,28 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     """Trim the OWS supernet greedily from the max configuration, scoring BN-recalibrated subnets (§3, D22) on
     `train.device` in `train.precision` (D29); under torchrun each process scores its share of the images and
     rank 0 writes."""
+    from ..config import resolve
     from ..training.distributed import process_group
 
-    with process_group(int(config["greedy"]["processes"]), str(config["train"]["device"]), "greedy.processes",
-                       deterministic=bool(config["train"]["deterministic"])) as ddp:
-        return _run(config, inputs, outputs, ddp, progress=progress)
+    settings = resolve(config)
+    with process_group(int(settings.greedy.processes), str(settings.train.device), "greedy.processes",
+                       deterministic=bool(settings.train.deterministic)) as ddp:
+        return _run(settings, inputs, outputs, ddp, progress=progress)
 
 
-def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], ddp: Any, *,
+def _run(settings: Settings, inputs: Mapping[str, Any], outputs: Mapping[str, Any], ddp: Any, *,
          progress: bool) -> list[dict[str, Any]]:
     """`run` in this process's place of the (data-parallel) scoring `ddp`."""
     from .. import artifacts
-    from ..config import space_from_config
     from ..search.baselines import greedy_search
     from ..training.loop import progress_bar
     from ..training.accelerator import accelerator
     from ._supernet import supernet_scorer
 
     model_path = inputs["model"]
-    space = space_from_config(config)
-    g = config["greedy"]
-    accel = accelerator(config, ddp.device)
-    scorer = supernet_scorer(config, model_path, space, accel, n_eval=int(g["n_eval"]), n_cal=int(g["n_cal"]),
-                             batch_size=int(g["batch_size"]), ddp=ddp)
+    space, g = settings.space, settings.greedy
+    accel = accelerator(settings.train, ddp.device)
+    scorer = supernet_scorer(settings, model_path, accel, n_eval=int(g.n_eval), n_cal=int(g.n_cal), ddp=ddp)
     bar = progress_bar(progress and ddp.main, total=sum(len(c) - 1 for c in space.layer_choices), desc="greedy",
                        unit="step")
 
@@ -72,11 +74,11 @@ def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[
         bar.close()
     if not ddp.main:  # rank 0 writes
         return rows
-    meta = artifacts.provenance(space, seed=config["seed"], n_eval=scorer.n, n_cal=int(g["n_cal"]), processes=ddp.world,
+    meta = artifacts.provenance(space, seed=settings.seed, n_eval=scorer.n, n_cal=int(g.n_cal), processes=ddp.world,
                                 supernet=str(model_path), ranks_widths=ranks_widths(rows),
                                 score="top-1 errors on the search-validation images, ties by summed cross-entropy",
                                 bn="recalibrated per candidate: exact statistics of the calibration images",
-                                train={**config["train"], "resolved_device": str(accel.device)})
+                                train={**settings.train.to_dict(), "resolved_device": str(accel.device)})
     artifacts.write_records(rows, outputs["out"], "greedy_trajectory", meta)
     return rows
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from . import add_config
 
 if TYPE_CHECKING:
+    from ..config import ProfilingSettings, Settings
     from ..space import SearchSpace
 
 COMMAND = "measure"
@@ -44,7 +45,7 @@ def _finalists(space: SearchSpace, device_name: str, inputs: Mapping[str, Any]) 
     return ltable, lmeta, x, tmeta, finalists
 
 
-def check_session(device: Any, spec: Mapping[str, Any], lmeta: Mapping[str, Any], protocol: Mapping[str, Any],
+def check_session(device: Any, spec: Mapping[str, Any], lmeta: Mapping[str, Any], protocol: ProfilingSettings,
                    latency: Any, fingerprint: Any, on_mismatch: str) -> bool:
     """Refuse a session whose device settings or timing protocol differ from the profiled ones (§4 same form);
     returns whether the fingerprint matches the LUT's (a mismatch is refused unless `on_mismatch` is "flag")."""
@@ -76,6 +77,75 @@ def check_session(device: Any, spec: Mapping[str, Any], lmeta: Mapping[str, Any]
     return match
 
 
+class _Measurement:
+    """One device's measuring session (§7): the finalists decided on its LUT, timed in rounds with the profiling
+    protocol, and what the measure artifact records of it."""
+
+    def __init__(self, settings: Settings, device: str, inputs: Mapping[str, Any]):
+        self.settings, self.device, self.latency, self.lut = settings, device, inputs["latency"], inputs["lut"]
+        self.spec = settings.device(device)
+        _, self.lmeta, _, self.tmeta, self.finalists = _finalists(settings.space, device, inputs)
+        self.nets = sorted({tuple(int(c) for c in f["channels"]) for f in self.finalists})
+
+    def time(self, progress: bool, job_offset: int | None) -> None:
+        """Every distinct finalist timed once per round, paired with the reference (D27), in a seeded order;
+        `job_offset` is the first job index (default: the profiling session's next)."""
+        from ..devices import get_device
+        from ..latency.protocol import MeasureError, measure_plan, reference_config, time_jobs
+        from ..training.loop import progress_bar
+
+        s, lmeta = self.settings, self.lmeta
+        dev = get_device(self.spec, s.space, s.seed)
+        try:
+            self.analytic, self.fingerprint = dev.analytic, dev.fingerprint()
+            self.match = check_session(dev, self.spec, lmeta, s.profiling, self.latency, self.fingerprint,
+                                       s.measure.on_fingerprint_mismatch)
+            self.ref = reference_config(s.space)
+            if not dev.analytic and list(lmeta.get("reference_channels") or []) != self.ref:
+                raise MeasureError(f"{self.latency} used reference {lmeta.get('reference_channels')}, not {self.ref}; "
+                                   "profile again")
+            self.job_offset = int(lmeta["next_job"]) if job_offset is None else job_offset
+            jobs = measure_plan(self.nets, int(s.measure.rounds), s.seed, dev.analytic, self.job_offset)
+            bar = progress_bar(progress, total=len(jobs), desc=f"measure {self.device}", unit="net")
+            try:
+                self.rows = time_jobs(dev, jobs, s.profiling, s.space, on_step=lambda: bar.update(1))
+            finally:
+                bar.close()
+        finally:
+            dev.close()
+
+    def finalist_rows(self) -> tuple[list[dict[str, Any]], float, float]:
+        """The finalists' rows corrected to the LUT's reference baseline (`latency.protocol.finalist_rows`)."""
+        from ..latency.protocol import FinalistSession, finalist_rows
+
+        lmeta = self.lmeta
+        self.baseline = float(lmeta["reference_baseline"]) if not self.analytic else float("nan")
+        return finalist_rows(self.finalists, self.rows, self.nets, FinalistSession(
+            self.device, self.baseline, self.analytic, self.match, max_noise=float(lmeta["max_noise"]),
+            lut_too_noisy=bool(lmeta["too_noisy"])))
+
+    def provenance(self, out_rows: list[dict[str, Any]], session_baseline: float, noise: float) -> dict[str, Any]:
+        """The measure artifact's metadata: the session, its protocol, its noise and what it was corrected to."""
+        from .. import artifacts
+
+        s, lmeta, analytic = self.settings, self.lmeta, self.analytic
+        protocol = s.profiling.to_dict()
+        return artifacts.provenance(
+            s.space, self.device, device_spec=self.spec, fingerprint=self.fingerprint,
+            lut_fingerprint=lmeta.get("fingerprint"), fingerprint_match=bool(self.match), unit=lmeta.get("unit"),
+            unit_short=lmeta.get("unit_short"), analytic=analytic, protocol=protocol, statistic=protocol["statistic"],
+            rounds=1 if analytic else int(s.measure.rounds), measure=s.measure.to_dict(), seed=s.seed,
+            job_offset=self.job_offset, reference_channels=self.ref, reference_baseline=self.baseline,
+            session_reference_baseline=session_baseline, pairing="analytic" if analytic else "paired",
+            correction=("counted, not timed" if analytic else "corrected = stat(network) / stat(alternating reference) "
+                        "× reference_baseline(LUT), as in profiling (D27)"),
+            round_noise=noise, max_noise=float(lmeta["max_noise"]), lut_too_noisy=bool(lmeta["too_noisy"]),
+            too_noisy=bool(out_rows[0]["too_noisy"]), noise_message=_noise_message(noise, lmeta),
+            networks=[list(n) for n in self.nets], decisions=[f["source"] for f in self.finalists],
+            latency=str(self.latency), lut=str(self.lut), lut_lambda=self.tmeta.get("lam"), timings=self.rows,
+        )
+
+
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, device: str,
         progress: bool = True, job_offset: int | None = None) -> list[dict[str, Any]]:
     """Time every finalist of `device` for R rounds, drift-corrected to the LUT's reference (§7, D24); writes "measure".
@@ -84,75 +154,12 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     continues the profiling session's clock.
     """
     from .. import artifacts
-    from ..config import space_from_config, stage_settings
-    from ..devices import get_device
-    from ..latency.protocol import MeasureError, finalist_rows, measure_plan, reference_config, time_jobs
-    from ..training.loop import progress_bar
+    from ..config import resolve
 
-    device_name, latency, lut_path = device, inputs["latency"], inputs["lut"]
-    space = space_from_config(config)
-    spec = dict(stage_settings(config, "measure", device_name)["devices"][device_name])
-    protocol, settings, seed = dict(config["profiling"]), dict(config["measure"]), int(config["seed"])
-    ltable, lmeta, x, tmeta, finalists = _finalists(space, device_name, inputs)
-
-    dev = get_device(spec, space, seed)
-    try:
-        fingerprint = dev.fingerprint()
-        match = check_session(dev, spec, lmeta, protocol, latency, fingerprint, settings["on_fingerprint_mismatch"])
-        nets = sorted({tuple(int(c) for c in f["channels"]) for f in finalists})
-        ref = reference_config(space)
-        if not dev.analytic and list(lmeta.get("reference_channels") or []) != ref:
-            raise MeasureError(f"{latency} used reference {lmeta.get('reference_channels')}, not {ref}; profile again")
-        if job_offset is None:
-            job_offset = int(lmeta["next_job"])
-        jobs = measure_plan(nets, int(settings["rounds"]), seed, dev.analytic, job_offset)
-        bar = progress_bar(progress, total=len(jobs), desc=f"measure {device_name}", unit="net")
-        try:
-            rows = time_jobs(dev, jobs, protocol, space, on_step=lambda: bar.update(1))
-        finally:
-            bar.close()
-    finally:
-        dev.close()
-
-    baseline = float(lmeta["reference_baseline"]) if not dev.analytic else float("nan")
-    out_rows, session_baseline, noise = finalist_rows(
-        finalists, rows, nets, baseline, dev.analytic, device_name, match,
-        max_noise=float(lmeta["max_noise"]), lut_too_noisy=bool(lmeta["too_noisy"]))
-    meta = artifacts.provenance(
-        space,
-        device_name,
-        device_spec=spec,
-        fingerprint=fingerprint,
-        lut_fingerprint=lmeta.get("fingerprint"),
-        fingerprint_match=bool(match),
-        unit=lmeta.get("unit"),
-        unit_short=lmeta.get("unit_short"),
-        analytic=dev.analytic,
-        protocol=protocol,
-        statistic=protocol["statistic"],
-        rounds=1 if dev.analytic else int(settings["rounds"]),
-        measure=settings,
-        seed=seed,
-        job_offset=job_offset,
-        reference_channels=ref,
-        reference_baseline=baseline,
-        session_reference_baseline=session_baseline,
-        pairing="analytic" if dev.analytic else "paired",
-        correction=("counted, not timed" if dev.analytic else "corrected = stat(network) / stat(alternating reference) "
-                    "× reference_baseline(LUT), as in profiling (D27)"),
-        round_noise=noise,
-        max_noise=float(lmeta["max_noise"]),
-        lut_too_noisy=bool(lmeta["too_noisy"]),
-        too_noisy=bool(out_rows[0]["too_noisy"]),
-        noise_message=_noise_message(noise, lmeta),
-        networks=[list(n) for n in nets],
-        decisions=[f["source"] for f in finalists],
-        latency=str(latency),
-        lut=str(lut_path),
-        lut_lambda=tmeta.get("lam"),
-        timings=rows,
-    )
-    artifacts.write_records(out_rows, outputs["out"], "measure", meta)
+    m = _Measurement(resolve(config), device, inputs)
+    m.time(progress, job_offset)
+    out_rows, session_baseline, noise = m.finalist_rows()
+    artifacts.write_records(out_rows, outputs["out"], "measure", m.provenance(out_rows, session_baseline, noise))
     return out_rows
 
 

@@ -71,11 +71,11 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from pathlib import Path
 
     from .. import artifacts, report
-    from ..config import space_from_config
+    from ..config import resolve
     from ..evaluation import configuration_rows, method_comparison, proxy_rows, ranking_reliability, training_rows
 
     measure, lut_validation = inputs["measure"], inputs.get("lut_validation")
-    space = space_from_config(config)
+    space = resolve(config).space
     rows, mmeta = results_table(device, measure, inputs["retrain"], inputs.get("proxy"), space)
     if not rows:
         raise ValueError(f"{measure} holds no finalists")

@@ -7,13 +7,15 @@ import math
 import os
 import time
 import warnings
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from . import add_config
 
 if TYPE_CHECKING:
+    from ..config import ProfilingSettings, Settings
     from ..space import SearchSpace
+    from ..training.loop import RunControl
 
 COMMAND = "profile"
 HELP = "time whole networks on a device (§4)"
@@ -35,11 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 class _Session:
     """The journal, device and progress of one profiling session: jobs are appended in timeline order."""
 
-    def __init__(self, journal, device, protocol: Mapping[str, Any], space: SearchSpace, bar, stop_after: int | None):
+    def __init__(self, journal, device, protocol: ProfilingSettings, space: SearchSpace, bar, stop_after: int | None):
         from ..latency.protocol import pairing_of, timing_counts
 
         self.journal, self.device, self.bar = journal, device, bar
-        self.statistic = protocol["statistic"]
+        self.statistic = protocol.statistic
         self.counts = timing_counts(device, protocol)
         self.pairing = pairing_of(device, protocol, space)
         self.budget = stop_after if stop_after is not None else math.inf
@@ -78,38 +80,47 @@ class _Session:
         return merge_retimed(plain, [dict(r) for r in rows if r["role"] == "retime"])
 
 
-def profile_session(
-    space: SearchSpace,
-    device_name: str,
-    device_spec: Mapping[str, Any],
-    configs_path: str | os.PathLike,
-    out_path: str | os.PathLike,
-    resume_dir: str | os.PathLike,
-    protocol: Mapping[str, Any],
-    seed: int,
-    progress: bool = True,
-    stop_after: int | None = None,
-    targets: Sequence[str] = (),
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ProfileJob:
+    """One device's profiling session as the config sets it (§4): the space, the device's name and settings, the
+    timing protocol, the seed, and the targets its noise gate is set against (D27)."""
+
+    space: SearchSpace
+    device: str
+    spec: Mapping[str, Any]
+    protocol: ProfilingSettings
+    seed: int
+    targets: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, settings: Settings, device: str) -> "ProfileJob":
+        """The session of `device` under resolved settings: its targets are its decode and AOWS targets."""
+        targets = sorted(set(settings.decode.targets_for(device)) | set(settings.aows.targets_for(device)))
+        return cls(settings.space, device, settings.device(device), settings.profiling, settings.seed, tuple(targets))
+
+
+def profile_session(job: ProfileJob, configs_path: str | os.PathLike, out_path: str | os.PathLike,
+                    control: RunControl) -> dict[str, Any]:
     """Time every configuration on the device under the protocol (§4, D4, D27), then time again the jobs disturbed
-    while timed (within `retime`); apply the noise gate against `targets`. Resumable at any job; writes the latency
-    artifact."""
+    while timed (within `retime`); apply the noise gate against the job's targets. Resumable at any job (`control`:
+    the journal's folder, a progress bar, a stop after N jobs); writes the latency artifact."""
     from .. import artifacts
     from ..devices import get_device
     from ..latency.protocol import plan_hash, profile_plan
 
+    space, protocol = job.space, job.protocol
     configs, cmeta = artifacts.read_configs(configs_path, space)
-    device = get_device(dict(device_spec), space, seed)
+    device = get_device(dict(job.spec), space, job.seed)
     fingerprint = device.fingerprint()
-    plan = profile_plan(space, configs, protocol, seed, device.analytic)
+    plan = profile_plan(space, configs, protocol, job.seed, device.analytic)
     header = {"plan": plan_hash(plan, protocol, fingerprint, space), "fingerprint": fingerprint, "space": space.hash}
-    journal = artifacts.Journal(Path(resume_dir) / f"profile_{device_name}.jsonl", header, protocol["checkpoint_every"])
+    journal = artifacts.Journal(control.resume_dir / f"profile_{job.device}.jsonl", header, protocol.checkpoint_every)
     bar = None
-    if progress:
+    if control.progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(plan), initial=len(journal.rows), desc=f"profile {device_name}", unit="net", smoothing=0.05)
-    sess = _Session(journal, device, protocol, space, bar, stop_after)
+        bar = tqdm(total=len(plan), initial=len(journal.rows), desc=f"profile {job.device}", unit="net", smoothing=0.05)
+    sess = _Session(journal, device, protocol, space, bar, control.stop_after)
     session_start = time.perf_counter()
     try:
         complete = sess.run(plan) and sess.run(*_retime(sess, protocol))
@@ -119,13 +130,12 @@ def profile_session(
             bar.close()
     if not complete:
         return {"complete": False, "done": len(journal.rows), "total": len(sess.jobs)}
-    res = _write(sess, space, device_name, device_spec, protocol, seed, targets, cmeta, out_path,
-                 time.perf_counter() - session_start)
+    res = _write(sess, job, cmeta, out_path, time.perf_counter() - session_start)
     journal.remove()  # a forced rerun times every network again
     return res
 
 
-def _retime(sess: _Session, protocol: Mapping[str, Any]) -> tuple[list, dict[int, int]]:
+def _retime(sess: _Session, protocol: ProfilingSettings) -> tuple[list, dict[int, int]]:
     """The jobs disturbed while timed, to time again (D27): at most `retime` × the session's jobs, most disturbed
     first (none on an analytic device); with the job each re-times."""
     from ..latency.protocol import Job, correct, disturbed
@@ -133,41 +143,40 @@ def _retime(sess: _Session, protocol: Mapping[str, Any]) -> tuple[list, dict[int
     if sess.device.analytic:
         return [], {}
     rows, _ = correct(sess.rows())
-    again = disturbed(rows, math.ceil(protocol["retime"] * len(rows)))
+    again = disturbed(rows, math.ceil(protocol.retime * len(rows)))
     first = len(sess.jobs)
     jobs = [Job(first + k, "retime", r["config_id"], tuple(r["channels"]), r["set"]) for k, r in enumerate(again)]
     return jobs, {j.job: r["job"] for j, r in zip(jobs, again)}
 
 
-def _write(sess: _Session, space: SearchSpace, device_name: str, device_spec: Mapping[str, Any],
-           protocol: Mapping[str, Any], seed: int, targets: Sequence[str], cmeta: Mapping[str, Any],
-           out_path: str | os.PathLike, wall: float) -> dict[str, Any]:
+def _write(sess: _Session, job: ProfileJob, cmeta: Mapping[str, Any], out_path: str | os.PathLike,
+           wall: float) -> dict[str, Any]:
     """The latency artifact of a finished session: every job corrected (D27), σ_n and the noise gate."""
     from .. import artifacts
     from ..latency.protocol import correct, noise_gate, reference_config, retest_noise
 
-    device, journal = sess.device, sess.journal
+    device, journal, space, protocol = sess.device, sess.journal, job.space, job.protocol
     rows, baseline = correct(sess.rows())
     noise = retest_noise(rows) if not device.analytic else retest_noise([])
-    gate = noise_gate(noise["sigma_n"], _threshold(protocol, targets, rows, device.analytic))
+    gate = noise_gate(noise["sigma_n"], _threshold(protocol, job.targets, rows, device))
     t0 = journal.rows[0]["t_abs"]
     for r in rows:
         r["t_start_s"] = r["t_abs"] - t0
     n_retimed = sum(r["role"] == "retime" for r in journal.rows)
     meta = artifacts.provenance(
         space.to_dict(),
-        device_name,
+        job.device,
         space_name=space.name,
         space_hash=space.hash,
-        device_spec=dict(device_spec),
+        device_spec=dict(job.spec),
         fingerprint=device.fingerprint(),
-        unit=f"{device.unit} per forward of a batch of {device_spec.get('batch_size', 1)} images",
+        unit=f"{device.unit} per forward of a batch of {job.spec.get('batch_size', 1)} images",
         unit_short=device.unit,
         analytic=device.analytic,
-        protocol={**protocol, "pairing": "paired"},  # the protocol later sessions must share (D27)
-        statistic=protocol["statistic"],
+        protocol={**protocol.to_dict(), "pairing": "paired"},  # the protocol later sessions must share (D27)
+        statistic=protocol.statistic,
         pairing="analytic" if device.analytic else "paired",
-        seed=seed,
+        seed=job.seed,
         reference_channels=reference_config(space),
         reference_baseline=baseline,
         configs_sampler=cmeta.get("sampler"),
@@ -176,47 +185,40 @@ def _write(sess: _Session, space: SearchSpace, device_name: str, device_spec: Ma
         session_wall_s=wall,
         retimed=n_retimed,
         next_job=len(sess.jobs),
-        targets=list(targets),
+        targets=list(job.targets),
         **noise,
         **gate,
     )
     artifacts.write_records(rows, out_path, "latency", meta)
     if gate["too_noisy"]:
-        warnings.warn(f"{device_name}: {gate['noise_message']}", stacklevel=3)
+        warnings.warn(f"{job.device}: {gate['noise_message']}", stacklevel=3)
     return {"complete": True, "done": len(rows), "total": len(sess.jobs), **noise, **gate, "retimed": n_retimed,
             "reference_baseline": baseline}
 
 
-def _threshold(protocol: Mapping[str, Any], targets: Sequence[str], rows: list[dict], analytic: bool) -> float:
-    """The noise gate's threshold: `max_noise`, or auto from the targets resolved on the session's own timings
-    (range: targets between its fastest and slowest timed network); analytic devices have no noise."""
+def _threshold(protocol: ProfilingSettings, targets: Sequence[str], rows: list[dict], device: Any) -> float:
+    """The noise gate's threshold: `max_noise`, or auto from the targets in the device's unit resolved on the
+    session's own timings (range: targets between its fastest and slowest timed network); analytic devices have no
+    noise."""
     from ..config import parse_target
     from ..latency.protocol import noise_threshold
 
-    if analytic:
+    if device.analytic:
         return float("inf")
     lat = [r["latency_ms"] for r in rows if r["role"] in ("sample", "retest")]
     lo, hi = (min(lat), max(lat)) if lat else (0.0, 0.0)
-    values = []
-    for t in map(parse_target, targets):
-        if t.kind == "range":
-            values.append(lo + t.value * (hi - lo))
-        elif t.kind == "ms":
-            values.append(t.value)
-    return noise_threshold(protocol["max_noise"], values)
+    values = [t.resolve(lo, hi) for t in map(parse_target, targets) if t.is_relative or t.unit == device.unit]
+    return noise_threshold(protocol.max_noise, values)
 
 
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, device: str,
         resume_dir: str = "results/.resume", progress: bool = True, stop_after: int | None = None) -> dict[str, Any]:
     """Profile the sampled configurations on `device` with the config's protocol (§4)."""
-    from ..config import aows_targets, device_targets, space_from_config, stage_settings
+    from ..config import resolve
+    from ..training.loop import RunControl
 
-    spec = stage_settings(config, "profile", device)["devices"][device]
-    targets = sorted(set(device_targets(config, device)) | set(aows_targets(config, device)))
-    return profile_session(
-        space_from_config(config), device, spec, inputs["configs"], outputs["out"], resume_dir, config["profiling"],
-        config["seed"], progress=progress, stop_after=stop_after, targets=targets,
-    )
+    return profile_session(ProfileJob.of(resolve(config), device), inputs["configs"], outputs["out"],
+                           RunControl(resume_dir, progress, stop_after))
 
 
 def report(res: dict[str, Any], args: argparse.Namespace) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from . import add_config
 
 if TYPE_CHECKING:
+    from ..config import Settings
     from ..training.accelerator import Accelerator
 
 COMMAND = "proxy"
@@ -40,30 +41,30 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     """Σδ under the OWS unaries (§5, eq. average_error) and BN-recalibrated OWS-supernet accuracy of every finalist (D25),
     scored on `train.device` in `train.precision` (D29); under torchrun each process scores its share of the
     images and rank 0 writes."""
+    from ..config import resolve
     from ..training.distributed import process_group
 
-    with process_group(int(config["greedy"]["processes"]), str(config["train"]["device"]), "greedy.processes",
-                       deterministic=bool(config["train"]["deterministic"])) as ddp:
-        return _run(config, inputs, outputs, ddp, device=device)
+    settings = resolve(config)
+    with process_group(int(settings.greedy.processes), str(settings.train.device), "greedy.processes",
+                       deterministic=bool(settings.train.deterministic)) as ddp:
+        return _run(settings, inputs, outputs, ddp, device=device)
 
 
-def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], ddp: Any, *,
+def _run(settings: Settings, inputs: Mapping[str, Any], outputs: Mapping[str, Any], ddp: Any, *,
          device: str) -> list[dict[str, Any]]:
     """`run` in this process's place of the (data-parallel) scoring `ddp`."""
     from .. import artifacts
-    from ..config import space_from_config
     from ..search.decisions import sum_delta
     from ..training.accelerator import accelerator
     from ._supernet import supernet_scorer
 
     unaries, model = inputs["unaries"], inputs["model"]
-    space = space_from_config(config)
+    space = settings.space
     u, _, epoch = artifacts.read_unaries(unaries, space)
     finalists = artifacts.read_decisions(inputs["decisions"], space, device)
-    d = config["data"]
-    accel = accelerator(config, ddp.device)
-    scorer = supernet_scorer(config, model, space, accel, n_eval=int(d["search_val"]), n_cal=int(d["calibration"]),
-                             batch_size=int(config["greedy"]["batch_size"]), ddp=ddp)
+    d = settings.data
+    accel = accelerator(settings.train, ddp.device)
+    scorer = supernet_scorer(settings, model, accel, n_eval=int(d.search_val), n_cal=int(d.calibration), ddp=ddp)
     distinct = list(dict.fromkeys(tuple(int(c) for c in r["channels"]) for r in finalists))
     with accel.autocast():  # batched on CUDA, one at a time on the CPU (scorer.batched)
         scored = {ch: s[0] for ch, s in zip(distinct, scorer.score_many(distinct))}
@@ -73,12 +74,12 @@ def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[
         rows.append({"method": r["method"], "device": device, "target": r["target"], "channels": list(ch),
                      "sum_delta": sum_delta(u, space.indices(ch)), "supernet_errors": scored[ch], "supernet_n": n,
                      "supernet_acc": 1.0 - scored[ch] / n})
-    check = unaries_check(space, u, scorer, config, accel)  # every rank scores its share
+    check = unaries_check(space, u, scorer, settings.seed, accel)  # every rank scores its share
     if not ddp.main:  # rank 0 writes
         return rows
     meta = artifacts.provenance(space, device, unaries=str(unaries), unaries_epoch=epoch, supernet=str(model),
                                 n_eval=n, n_cal=len(scorer.cal), unaries_check=check, processes=ddp.world,
-                                train={**config["train"], "resolved_device": str(accel.device)},
+                                train={**settings.train.to_dict(), "resolved_device": str(accel.device)},
                                 score="top-1 on the search-validation images, BN recalibrated on the calibration images")
     artifacts.write_records(rows, outputs["out"], "proxy", meta)
     return rows
@@ -88,7 +89,7 @@ def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[
 N_CHECK = 100
 
 
-def unaries_check(space, u, scorer, config: Mapping[str, Any], accel: Accelerator) -> dict[str, Any]:
+def unaries_check(space, u, scorer, seed: int, accel: Accelerator) -> dict[str, Any]:
     """Does Σδ explain the supernet? Spearman between Σδ and the BN-recalibrated cross-entropy of N_CHECK random
     configurations (a seeded stream no training or estimation pass draws from), on the search-validation images."""
     import numpy as np
@@ -97,7 +98,7 @@ def unaries_check(space, u, scorer, config: Mapping[str, Any], accel: Accelerato
     from ..search.decisions import sum_delta
     from ..search.sampler import uniform_layer_indices
 
-    rng = np.random.default_rng([int(config["seed"]), 0xC4EC])
+    rng = np.random.default_rng([int(seed), 0xC4EC])
     idx = uniform_layer_indices(space, N_CHECK, rng)
     n = scorer.n
     with accel.autocast():

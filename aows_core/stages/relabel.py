@@ -29,9 +29,9 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     from pathlib import Path
 
     from .. import artifacts
-    from ..config import space_from_config
+    from ..config import resolve
 
-    space = space_from_config(config)
+    space = resolve(config).space
     row, _ = artifacts.read_decision(inputs["decision"], space)
     table, meta = artifacts.read_table(inputs["result"], "retrain")
     artifacts.require_space(meta, space, inputs["result"], "network")

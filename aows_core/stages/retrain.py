@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 from . import add_config, forward_options, torchrun
 
 if TYPE_CHECKING:
+    from ..config import Settings
     from ..training.distributed import Dist
+    from ..training.loop import RunControl
+    from ..training.retrain import RetrainJob
 
 COMMAND = "retrain"
 HELP = "train a decision's network from scratch; top-1 on the test split (§7)"
@@ -38,17 +41,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
     """With retrain.processes = N > 1 outside torchrun: run this command as N processes; True if it did."""
-    rt = config["retrain"]
-    n = int(rt["processes"])
+    from ..config import RetrainSettings
+
+    rt = RetrainSettings.from_mapping(config["retrain"])  # the launcher needs no space
+    n = int(rt.processes)
     if args.print_launch and n == 1:
         print("retrain.processes = 1: the command trains in its own process (nothing to launch)")
         return True
     if not (n > 1 and "RANK" not in os.environ):
         return False
-    if rt["batch_size"] % n:
-        raise ValueError(f"retrain.batch_size = {rt['batch_size']} is not divisible by retrain.processes = {n}")
+    if rt.batch_size % n:
+        raise ValueError(f"retrain.batch_size = {rt.batch_size} is not divisible by retrain.processes = {n}")
     argv = forward_options(args, ("decision", "channels", "seed", "out_dir", "resume_dir", "stop_after", "quiet"))
-    torchrun(COMMAND, config, argv, n, int(rt["threads"]), int(rt["nodes"]), print_only=args.print_launch)
+    torchrun(COMMAND, config, argv, n, int(rt.threads), int(rt.nodes), print_only=args.print_launch)
     return True
 
 
@@ -63,78 +68,98 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     splits (train_subset, search_val, calibration) always come from the top-level seed, so every seed of a
     network trains and is compared on the same images. Under torchrun (retrain.processes > 1) every rank trains
     and evaluates its shard; rank 0 writes."""
+    from ..config import resolve, resume_settings
     from ..training.distributed import process_group
+    from ..training.loop import RunControl
 
-    with process_group(int(config["retrain"]["processes"]), str(config["train"]["device"]), "retrain.processes",
-                       deterministic=bool(config["train"]["deterministic"])) as ddp:
-        return _run(config, inputs, outputs, ddp, resume_dir=resume_dir, seed=seed, channels=channels,
-                    progress=progress, stop_after=stop_after)
-
-
-def _run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], ddp: Dist, *, resume_dir,
-         seed: int | None, channels: str | None, progress: bool, stop_after: int | None) -> dict[str, Any]:
-    """`run` in this process's place of the (data-parallel) run `ddp`."""
-    from pathlib import Path
-
-    import torch
-
-    from .. import artifacts
-    from ..config import data_spec, net_key, parse_net_key, space_from_config
-    from ..data import check_dataset, load_splits, test_batches
-    from ..evaluation import wilson_interval
-    from ..nets.scoring import top1
-    from ..artifacts.resume import clear_resume
-    from ..training.accelerator import accelerator
-    from ..training.distributed import bn_description, sum_over_ranks
-    from ..training.retrain import train_network
-
+    settings = resolve(config)
     decision = inputs.get("decision")
+    row, job = _job(settings, resume_settings(config, "retrain"), decision, channels, seed)
+    with process_group(int(settings.retrain.processes), str(settings.train.device), "retrain.processes",
+                       deterministic=bool(settings.train.deterministic)) as ddp:
+        return _run(settings, row, job, RunControl(resume_dir, progress, stop_after), decision, outputs, ddp)
+
+
+def _job(settings: Settings, resume: Mapping[str, Any], decision: Any, channels: str | None,
+         seed: int | None) -> tuple[dict[str, Any], RetrainJob]:
+    """The finalist's row (method, device, target; all None for a network named by its widths) and its retraining."""
+    from .. import artifacts
+    from ..config import net_key, parse_net_key
+    from ..training.retrain import RetrainJob, run_id
+
     if (decision is None) == (channels is None):
         raise ValueError("retrain one network: give exactly one of a decision and channels")
-    space = space_from_config(config)
-    rt = config["retrain"]
-    seed = int(config["seed"]) if seed is None else int(seed)
+    space = settings.space
+    seed = settings.seed if seed is None else int(seed)
     if decision is not None:
         row, _ = artifacts.read_decision(decision, space)
     else:
         row = {"method": None, "device": None, "target": None, "channels": parse_net_key(channels)}
         space.indices(row["channels"])  # a clear error if outside the space
-    channels = [int(c) for c in row["channels"]]
-    out_dir, resume_dir = Path(outputs["out_dir"]), Path(resume_dir)
-    torch.set_num_threads(int(rt["threads"]))
-    accel = accelerator(config, ddp.device)
+    widths = tuple(int(c) for c in row["channels"])
+    desc = f"retrain {row['method']} {row['target']}" if decision is not None else f"retrain {net_key(widths)}"
+    return row, RetrainJob(widths, seed, run_id(resume, widths, seed), desc)
 
-    spec = data_spec(config, "retrain", train_seed=seed)
+
+def _run(settings: Settings, row: Mapping[str, Any], job: RetrainJob, control: RunControl, decision: Any,
+         outputs: Mapping[str, Any], ddp: Dist) -> dict[str, Any]:
+    """`run` in this process's place of the (data-parallel) run `ddp`: train, evaluate, and (rank 0) write."""
+    import torch
+
+    from ..config import net_key
+    from ..data import check_dataset, load_splits, test_batches
+    from ..evaluation import wilson_interval
+    from ..nets.scoring import top1
+    from ..training.accelerator import accelerator
+    from ..training.distributed import bn_description, sum_over_ranks
+    from ..training.retrain import train_network
+
+    space, rt = settings.space, settings.retrain
+    torch.set_num_threads(int(rt.threads))
+    accel = accelerator(settings.train, ddp.device)
+    spec = settings.data_spec("retrain", train_seed=job.seed)
     splits = load_splits(spec, device=accel.device)  # an in-memory dataset is held and augmented there
     check_dataset(splits.info, space)
-    desc = f"retrain {row['method']} {row['target']}" if decision is not None else f"retrain {net_key(channels)}"
-    res = train_network(config, space, channels, splits, resume_dir, accel, seed=seed, progress=progress,
-                        stop_after=stop_after, desc=desc, ddp=ddp)
+    res = train_network(rt, space, job, splits, accel, control, ddp=ddp)
     if not res.complete:
         return {"complete": False, "epoch": res.epoch, "step": res.step}
 
-    test = test_batches(spec, batch_size=int(rt["eval_batch_size"]), rank=ddp.rank, world_size=ddp.world,
+    test = test_batches(spec, batch_size=int(rt.eval_batch_size), rank=ddp.rank, world_size=ddp.world,
                         pin_memory=accel.device.type == "cuda")
     with accel.autocast():
         correct, n = sum_over_ranks(list(top1(res.model, accel.batches(test))), ddp)  # each rank: 1/N of the images
     lo, hi = wilson_interval(correct, n)
     result = {
-        "method": row["method"], "device": row["device"], "target": row["target"], "channels": channels, "seed": seed,
-        "epochs": int(rt["epochs"]), "train_seconds": res.seconds, "final_train_loss": res.final_train_loss,
-        "test_correct": correct, "test_n": n, "test_acc": correct / n, "test_acc_low": lo, "test_acc_high": hi,
+        "method": row["method"], "device": row["device"], "target": row["target"], "channels": list(job.channels),
+        "seed": job.seed, "epochs": int(rt.epochs), "train_seconds": res.seconds,
+        "final_train_loss": res.final_train_loss, "test_correct": correct, "test_n": n, "test_acc": correct / n,
+        "test_acc_low": lo, "test_acc_high": hi,
     }
-    if not ddp.main:  # rank 0 writes
-        return {"complete": True, **result}
-    label = {"decision": str(decision)} if decision is not None else {"network": net_key(channels)}
-    meta = artifacts.provenance(space, retrain=dict(rt), data=spec.to_dict(), **label,
-                                train={**config["train"], "resolved_device": str(accel.device)},
-                                processes=ddp.world, bn=bn_description(ddp.world, masked=False, sync=bool(rt["sync_bn"])),
-                                interval="Wilson score, 95 %", schedule="linear warm-up, then cosine")
+    if ddp.main:  # rank 0 writes
+        label = {"decision": str(decision)} if decision is not None else {"network": net_key(job.channels)}
+        _write(settings, result, res.model, outputs["out_dir"], control, dict(
+            **label, retrain=rt.to_dict(), data=spec.to_dict(), processes=ddp.world,
+            train={**settings.train.to_dict(), "resolved_device": str(accel.device)},
+            bn=bn_description(ddp.world, masked=False, sync=bool(rt.sync_bn))))
+    return {"complete": True, **result}
+
+
+def _write(settings: Settings, result: Mapping[str, Any], model: Any, out_dir: Any, control: RunControl,
+           provenance: Mapping[str, Any]) -> None:
+    """result.parquet and model.pt of a finished retraining (`provenance`: what the stage knows of it), then its
+    resume state cleared."""
+    from pathlib import Path
+
+    from .. import artifacts
+    from ..artifacts.resume import clear_resume
+
+    space, channels, out_dir = settings.space, result["channels"], Path(out_dir)
+    meta = artifacts.provenance(space, **provenance, interval="Wilson score, 95 %",
+                                schedule="linear warm-up, then cosine")
     artifacts.write_records([result], out_dir / "result.parquet", "retrain", meta)
     artifacts.save_torch({"space": space.to_dict(), "space_hash": space.hash, "channels": channels,
-                          "model": res.model.state_dict()}, out_dir / "model.pt")
-    clear_resume(resume_dir / "checkpoint.pt")
-    return {"complete": True, **result}
+                          "model": model.state_dict()}, out_dir / "model.pt")
+    clear_resume(control.resume_dir / "checkpoint.pt")
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:

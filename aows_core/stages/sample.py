@@ -22,21 +22,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> dict[str, int]:
     """Write the profiling configurations: train (coverage-biased), lambda_val and test (uniform) (§4, supp. A)."""
     from .. import artifacts
-    from ..config import space_from_config
+    from ..config import resolve
     from ..latency.sampling import config_rows, coverage_lower_bound
 
-    space = space_from_config(config)
-    s = config["sampling"]
-    rows, counts = config_rows(space, config["seed"], s)
+    settings = resolve(config)
+    space, s = settings.space, settings.sampling
+    rows, counts = config_rows(space, settings.seed, s)
     meta = artifacts.provenance(
         space.to_dict(),
         space_name=space.name,
         space_hash=space.hash,
-        seed=config["seed"],
-        sampling=dict(s),
+        seed=settings.seed,
+        sampling=s.to_dict(),
         sampler="train: coverage-biased (supplementary A) plus, if sampling.anchors, the uniform multipliers "
         "(sampler 'anchor'); lambda_val, test: uniform",
-        coverage_lower_bound=int(coverage_lower_bound(space, s["coverage"])),
+        coverage_lower_bound=int(coverage_lower_bound(space, s.coverage)),
     )
     artifacts.write_records(rows, outputs["out"], "configs", meta)
     return counts

@@ -29,11 +29,11 @@ def needs_config(args: argparse.Namespace) -> bool:
 def run(config: Mapping[str, Any] | None, inputs: Mapping[str, Any], outputs: Mapping[str, Any], *,
         preset: str | None = None, json: bool = False) -> dict[str, Any]:
     """The space's description (`SearchSpace.describe`) with its multiplier-1.0 network's MACs and parameters."""
-    from ..config import space_from_config
+    from ..config import resolve
     from ..devices.flops import network_macs, network_params
     from ..space import get_space
 
-    space = get_space(preset) if preset else space_from_config(config)
+    space = get_space(preset) if preset else resolve(config).space
     base = space.base_config
     return {**space.describe(), "base_config": base, "base_macs": network_macs(space, base),
             "base_params": network_params(space, base)}

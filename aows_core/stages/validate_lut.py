@@ -35,14 +35,14 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     import numpy as np
 
     from .. import artifacts, report
-    from ..config import space_from_config
+    from ..config import resolve
     from ..devices.flops import network_macs
     from ..latency import lut
-    from ..latency.metrics import adequacy, validation_rows
+    from ..latency.metrics import SessionNoise, adequacy, validation_rows
     from ..search.link import Link
 
     latency, lut_path = inputs["latency"], inputs["lut"]
-    space = space_from_config(config)
+    space = resolve(config).space
     table, lmeta = artifacts.read_latency(latency, space, device)
     x, tmeta = artifacts.read_lut(lut_path, space, device)
     if tmeta.get("fingerprint") != lmeta.get("fingerprint"):
@@ -63,8 +63,8 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     noise = {k: lmeta.get(k) for k in ("sigma_n", "retest_pairs", "retest_within_5pct", "retest_within_10pct",
                                        "retest_nrmse", "max_noise", "too_noisy", "noise_message", "retimed")}
     retested = np.asarray(cols["latency_ms"], dtype=np.float64)[np.asarray(cols["role"]) == "retest"]
-    verdict = adequacy(pred, l_te, float(lmeta["sigma_n"] or 0.0), retested, lmeta.get("noise_message") or "",
-                       lmeta.get("unit_short", "ms"), span=latency_span(space, x, Link.from_meta(tmeta)), device=device)
+    verdict = adequacy(pred, l_te, SessionNoise(float(lmeta["sigma_n"] or 0.0), retested, lmeta.get("noise_message") or ""),
+                       unit=lmeta.get("unit_short", "ms"), span=latency_span(space, x, Link.from_meta(tmeta)), device=device)
     meta = artifacts.provenance(
         space,
         device,

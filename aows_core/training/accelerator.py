@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, ContextManager, Iterable, Iterator, Mapping
+from typing import ContextManager, Iterable, Iterator
 
 import torch
 
-from ..config import ConfigError
+from ..config import ConfigError, TrainSettings
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -100,12 +100,11 @@ def deterministic_cuda() -> None:
     torch.backends.cudnn.benchmark = False
 
 
-def accelerator(config: Mapping[str, Any], device: torch.device | None = None) -> Accelerator:
-    """The validated config's `train:` section on `device` (a data-parallel process's, `Dist.device`), or resolved
-    on this machine; the precision is checked against the device, CUDA made deterministic on request."""
-    t = config["train"]
-    device = resolve_device(str(t["device"])) if device is None else device
-    check_precision(str(t["precision"]), device)
-    if t["deterministic"] and device.type == "cuda":
+def accelerator(train: TrainSettings, device: torch.device | None = None) -> Accelerator:
+    """The `train:` settings on `device` (a data-parallel process's, `Dist.device`), or resolved on this machine; the
+    precision is checked against the device, CUDA made deterministic on request."""
+    device = resolve_device(str(train.device)) if device is None else device
+    check_precision(str(train.precision), device)
+    if train.deterministic and device.type == "cuda":
         deterministic_cuda()
-    return Accelerator(device, str(t["precision"]))
+    return Accelerator(device, str(train.precision))

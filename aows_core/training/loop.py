@@ -11,6 +11,7 @@ step). After an epoch's batches: `end_epoch(epoch)`, next epoch, save.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 
@@ -44,46 +45,67 @@ def progress_bar(enabled: bool, **tqdm_kwargs: Any) -> Any:
     return tqdm(**tqdm_kwargs)
 
 
-def run_epochs(
-    pos: Position,
-    *,
-    epochs: int,
-    steps: int,
-    batches: Callable[[int, int], Iterable],
-    step: Callable[[Any, Any], Mapping[str, Any] | None],
-    end_epoch: Callable[[int], None],
-    save: Callable[[], None],
-    checkpoint_every: int,
-    stop_after: int | None,
-    bar: Any,
-    start_epoch: Callable[[int], None] | None = None,
-) -> bool:
-    """Run epochs from `pos` to `epochs`; False if stopped after `stop_after` steps (resume later), True when done.
+@dataclass(frozen=True)
+class RunControl:
+    """How a resumable job runs (the stage's options): where its resume state lives (outside the declared outputs),
+    whether it shows a progress bar, and whether it stops after `stop_after` steps of this invocation (resume later)."""
 
-    `batches(epoch, start_step)` yields the (x, y) batches of an epoch from a step on; `step(x, y)` trains
-    on one (reading `pos` for its epoch and step) and returns the bar's postfix; `start_epoch(epoch)` runs
-    before an epoch's first batch.
-    """
-    done = 0
-    while pos.epoch < epochs:
-        if start_epoch is not None:
-            start_epoch(pos.epoch)
-        for x, y in batches(pos.epoch, pos.step):
-            postfix = step(x, y)
+    resume_dir: Path
+    progress: bool = True
+    stop_after: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "resume_dir", Path(self.resume_dir))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The loop's extent: `epochs` of `steps` steps, a checkpoint every `checkpoint_every` steps inside an epoch, and
+    a stop after `stop_after` steps of this invocation (None: run to the end)."""
+
+    epochs: int
+    steps: int
+    checkpoint_every: int
+    stop_after: int | None = None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the loop calls: `batches(epoch, start_step)` yields the (x, y) batches of an epoch from a step on;
+    `step(x, y)` trains on one (reading the position for its epoch and step) and returns the bar's postfix;
+    `end_epoch(epoch)` after an epoch's batches; `save()` writes the resume checkpoint; `start_epoch(epoch)` runs
+    before an epoch's first batch."""
+
+    batches: Callable[[int, int], Iterable]
+    step: Callable[[Any, Any], Mapping[str, Any] | None]
+    end_epoch: Callable[[int], None]
+    save: Callable[[], None]
+    start_epoch: Callable[[int], None] | None = None
+
+
+def run_epochs(pos: Position, schedule: Schedule, hooks: Hooks, bar: Any) -> bool:
+    """Run epochs from `pos` to `schedule.epochs`; False if stopped after `stop_after` steps (resume later), True when
+    done."""
+    done, stop_after = 0, schedule.stop_after
+    while pos.epoch < schedule.epochs:
+        if hooks.start_epoch is not None:
+            hooks.start_epoch(pos.epoch)
+        for x, y in hooks.batches(pos.epoch, pos.step):
+            postfix = hooks.step(x, y)
             pos.step += 1
             done += 1
             bar.update(1)
             if postfix:
                 bar.set_postfix(**postfix)
             stop = stop_after is not None and done >= stop_after
-            if (pos.step % checkpoint_every == 0 and pos.step < steps) or stop:
-                save()
+            if (pos.step % schedule.checkpoint_every == 0 and pos.step < schedule.steps) or stop:
+                hooks.save()
                 if stop:
                     bar.close()
                     return False
-        end_epoch(pos.epoch)
+        hooks.end_epoch(pos.epoch)
         pos.epoch += 1
         pos.step = 0
-        save()
+        hooks.save()
     bar.close()
     return True

@@ -4,7 +4,7 @@ Initialisation derives from the run's seed, data order and augmentation from (se
 the splits' batch seed (`DataSpec.batch_seed`; the splits themselves always come from the config's
 top-level seed, whatever the run's seed), so a run killed at any step and resumed
 from its last checkpoint (`artifacts.resume`, outside the declared outputs) ends with the same
-weights as an uninterrupted one. Device and precision: the config's `train:` section
+weights as an uninterrupted one. Device and precision: the `train:` settings
 (`training.accelerator`, docs/method.md D29), forwards under torch.autocast, fp16 with a gradient scaler
 resumed with the rest. With `retrain.processes` = N > 1 (torchrun, `training.distributed`, docs/method.md
 D30) rank r trains on its shard of every global batch, DistributedDataParallel averages the gradients, BatchNorm
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +25,13 @@ from typing import Any, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..config import resume_settings, settings_hash
+from ..config import RetrainSettings, settings_hash
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
 from ..artifacts.torchfiles import current_names
 from .accelerator import Accelerator
 from .distributed import Dist, average_buffers, bn_group, data_parallel, mean_over_ranks_tensor
-from .loop import Position, progress_bar, run_epochs
+from .loop import Hooks, Position, RunControl, Schedule, progress_bar, run_epochs
 
 
 def micro_batches(n: int, size: int | None) -> list[tuple[int, int]]:
@@ -93,13 +92,25 @@ class LossLog:
         return {"loss": self._text} if self._text is not None else {}
 
 
-def run_id(config: Mapping[str, Any], channels: Sequence[int], seed: int | None = None) -> str:
-    """The id a retraining's resume checkpoint must carry: the settings but the process count (a run resumes with
-    another one, D30) and the channels; a run seed other than the config's is added (its splits are the config seed's)."""
-    key: dict[str, Any] = {"settings": resume_settings(config, "retrain"), "channels": list(channels)}
-    if seed is not None and int(seed) != int(config["seed"]):
+def run_id(resume: Mapping[str, Any], channels: Sequence[int], seed: int | None = None) -> str:
+    """The id a retraining's resume checkpoint must carry: `resume` — the settings but the process count (a run
+    resumes with another one, D30), `config.resume_settings(config, "retrain")`, computed where the config is read —
+    and the channels; a run seed other than the config's (`resume["seed"]`) is added (its splits are the config seed's)."""
+    key: dict[str, Any] = {"settings": resume, "channels": list(channels)}
+    if seed is not None and int(seed) != int(resume["seed"]):
         key["seed"] = int(seed)
     return settings_hash(key)
+
+
+@dataclass(frozen=True)
+class RetrainJob:
+    """One retraining (§7): the network's widths, the run's seed (the initialisation; the batches are the splits'),
+    its resume checkpoint's id (`run_id`) and the progress bar's label."""
+
+    channels: tuple[int, ...]
+    seed: int
+    run_id: str
+    desc: str = "retrain"
 
 
 @dataclass
@@ -120,109 +131,135 @@ class RetrainResult:
         return self.loss_sum / max(self.loss_n, 1)
 
 
-def train_network(config: Mapping[str, Any], space: SearchSpace, channels: Sequence[int], splits: Any,
-                  resume_dir: str | os.PathLike, accel: Accelerator, *, seed: int | None = None, progress: bool = True,
-                  stop_after: int | None = None, desc: str = "retrain", ddp: Dist | None = None) -> RetrainResult:
-    """Train the fixed-width network of `channels` from scratch on `splits` (§7) on `accel`'s device and
-    precision, resumable at any step; `ddp`: this process's place in a data-parallel run (default: alone).
+class _Retraining:
+    """One rank's retraining: the fixed-width network, its optimiser (and fp16 scaler), the position and the sums of
+    the last epoch's losses; its steps and resume checkpoints (`train_network`)."""
 
-    `seed` (default: the config's top-level seed) initialises the weights; the batches are the splits'."""
-    from ..nets.batchnorm import synchronised
-    from ..nets.network import Network
-    from ..nets.sandwich import defers, kept_buffers, restore_where, scaler_skip, step_unless
+    def __init__(self, rt: RetrainSettings, space: SearchSpace, job: RetrainJob, splits: Any, accel: Accelerator,
+                 ddp: Dist):
+        from ..nets.network import Network
+        from ..nets.sandwich import defers
 
-    rt = config["retrain"]
-    seed = int(config["seed"]) if seed is None else int(seed)
-    if splits.spec.batch_seed != seed:
-        raise ValueError(f"the splits' batches are seeded with {splits.spec.batch_seed}, this run with {seed}: "
-                         f"load them with data_spec(config, 'retrain', train_seed={seed})")
-    ddp = ddp or Dist(device=accel.device)
-    channels = [int(c) for c in channels]
-    steps, E = splits.steps_per_epoch, int(rt["epochs"])
-    total, warmup = E * steps, int(round(float(rt["warmup_epochs"]) * steps))
+        self.rt, self.accel, self.ddp, self.job = rt, accel, ddp, job
+        self.steps, self.E = splits.steps_per_epoch, int(rt.epochs)
+        self.total, self.warmup = self.E * self.steps, int(round(float(rt.warmup_epochs) * self.steps))
+        torch.manual_seed(job.seed)
+        model = Network(space, list(job.channels)).to(accel.device)
+        if splits.spec.channels_last:
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        self.model, self.scaler = model, accel.grad_scaler()
+        self.opt = torch.optim.SGD(model.parameters(), lr=rt.lr, momentum=rt.momentum, weight_decay=rt.weight_decay,
+                                   nesterov=rt.momentum > 0)
+        self.pos = Position()
+        self.acc = {"seconds": 0.0, "loss_sum": 0.0, "loss_n": 0, "t0": 0.0}
+        self.net: torch.nn.Module = model
+        self.group = bn_group(bool(rt.sync_bn))
+        self.deferred = defers(accel.device)  # off the CPU nothing is read back per step (D29)
+        self.log = LossLog(self.E - 1, every_step=not self.deferred)
 
-    torch.manual_seed(seed)
-    model = Network(space, channels).to(accel.device)
-    if splits.spec.channels_last:
-        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    scaler = accel.grad_scaler()
-    opt = torch.optim.SGD(model.parameters(), lr=rt["lr"], momentum=rt["momentum"], weight_decay=rt["weight_decay"],
-                          nesterov=rt["momentum"] > 0)
-    rid = run_id(config, channels, seed)
-    ckpt = Path(resume_dir) / "checkpoint.pt"
-    pos = Position()
-    acc = {"seconds": 0.0, "loss_sum": 0.0, "loss_n": 0, "t0": 0.0}
-    state = load_resume(ckpt, rid)
-    if state is not None:
-        model.load_state_dict(current_names(state["model"], space, ckpt, "the retraining"))
-        opt.load_state_dict(state["optimizer"])
-        if scaler is not None and "scaler" in state:
-            scaler.load_state_dict(state["scaler"])
-        pos = Position(state["epoch"], state["step"])
-        acc["seconds"], acc["loss_sum"], acc["loss_n"] = (state[k] for k in ("seconds", "loss_sum", "loss_n"))
-    net = data_parallel(model, ddp)  # DDP broadcasts rank 0's parameters when built (identical by construction)
-    group = bn_group(bool(rt["sync_bn"]))
+    def restore(self, state: Mapping[str, Any], space: SearchSpace, ckpt: Path) -> None:
+        """Continue from a resume checkpoint of this run."""
+        self.model.load_state_dict(current_names(state["model"], space, ckpt, "the retraining"))
+        self.opt.load_state_dict(state["optimizer"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+        self.pos = Position(state["epoch"], state["step"])
+        self.acc["seconds"], self.acc["loss_sum"], self.acc["loss_n"] = (state[k] for k in ("seconds", "loss_sum",
+                                                                                             "loss_n"))
 
-    deferred = defers(accel.device)  # off the CPU nothing is read back per step (D29)
-    log = LossLog(E - 1, every_step=not deferred)
-
-    def save() -> None:
-        log.settle(acc)
+    def save(self, ckpt: Path) -> None:
+        """Settle the losses, add the time, and (rank 0) write the resume checkpoint."""
+        acc = self.acc
+        self.log.settle(acc)
         now = time.perf_counter()
         acc["seconds"] += now - acc["t0"]
         acc["t0"] = now
-        if ddp.main:
-            save_resume({"run_id": rid, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                         "epoch": pos.epoch, "step": pos.step, "seconds": acc["seconds"], "loss_sum": acc["loss_sum"],
-                         "loss_n": acc["loss_n"], **({} if scaler is None else {"scaler": scaler.state_dict()})}, ckpt)
+        if self.ddp.main:
+            save_resume({"run_id": self.job.run_id, "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                         "epoch": self.pos.epoch, "step": self.pos.step, "seconds": acc["seconds"],
+                         "loss_sum": acc["loss_sum"], "loss_n": acc["loss_n"],
+                         **({} if self.scaler is None else {"scaler": self.scaler.state_dict()})}, ckpt)
 
-    def start_epoch(epoch: int) -> None:
-        net.train()
-        acc["t0"] = time.perf_counter()
+    def start_epoch(self, epoch: int) -> None:
+        self.net.train()
+        self.acc["t0"] = time.perf_counter()
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
-        epoch, k = pos.epoch, pos.step
-        for g in opt.param_groups:
-            g["lr"] = learning_rate(epoch * steps + k, total, warmup, rt["lr"])
-        opt.zero_grad(set_to_none=True)
-        kept = kept_buffers(model) if deferred or scaler is not None else []  # a step that may be skipped
-        chunks = micro_batches(len(y), rt.get("micro_batch"))
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
+        """One optimiser step on the global batch (this rank's shard in micro-batches); the bar's postfix."""
+        from ..nets.sandwich import kept_buffers, restore_where
+
+        epoch, k = self.pos.epoch, self.pos.step
+        for g in self.opt.param_groups:
+            g["lr"] = learning_rate(epoch * self.steps + k, self.total, self.warmup, self.rt.lr)
+        self.opt.zero_grad(set_to_none=True)
+        kept = kept_buffers(self.model) if self.deferred or self.scaler is not None else []  # a step that may be skipped
+        value = mean_over_ranks_tensor(self._backward(x, y), self.ddp)  # the global batch's loss: every rank stops together
+        bad = ~torch.isfinite(value)
+        if not self.deferred and self.scaler is None and bool(bad):
+            raise FloatingPointError(f"non-finite loss at epoch {epoch} step {k}; lower retrain.lr")
+        self._apply(bad)
+        restore_where(bad, kept)
+        average_buffers(self.model, self.ddp.world)  # BN running statistics of every rank's shard (D30)
+        self.log.add(epoch, k, value, self.scaler is not None)
+        return self.log.postfix(self.acc)
+
+    def _backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The gradients of the shard's mean loss, accumulated over its micro-batches; that loss (float64)."""
+        from ..nets.batchnorm import synchronised
+
+        chunks = micro_batches(len(y), self.rt.micro_batch)
         losses = []
         for j, (a, b) in enumerate(chunks):
             last = j == len(chunks) - 1
-            sync = contextlib.nullcontext() if last or ddp.world == 1 else net.no_sync()  # one all-reduce, at the last
-            with sync, synchronised(model, group):  # every rank runs as many chunks
-                with accel.autocast():
-                    logits = net(x[a:b]).float()
+            sync = contextlib.nullcontext() if last or self.ddp.world == 1 else self.net.no_sync()  # one all-reduce
+            with sync, synchronised(self.model, self.group):  # every rank runs as many chunks
+                with self.accel.autocast():
+                    logits = self.net(x[a:b]).float()
                 # the shard's mean loss, accumulated over its chunks
-                loss = F.cross_entropy(logits, y[a:b], label_smoothing=rt["label_smoothing"]) * ((b - a) / len(y))
-                (loss if scaler is None else scaler.scale(loss)).backward()  # under DDP: averaged over ranks
+                loss = F.cross_entropy(logits, y[a:b], label_smoothing=self.rt.label_smoothing) * ((b - a) / len(y))
+                (loss if self.scaler is None else self.scaler.scale(loss)).backward()  # under DDP: averaged over ranks
             losses.append(loss.detach().double())
         value = losses[0]
         for v in losses[1:]:  # in chunk order, in float64 (as the host's float sum)
             value = value + v
-        value = mean_over_ranks_tensor(value, ddp)  # the global batch's loss: every rank stops together
-        bad = ~torch.isfinite(value)
-        if not deferred and scaler is None and bool(bad):
-            raise FloatingPointError(f"non-finite loss at epoch {epoch} step {k}; lower retrain.lr")
-        if scaler is None and deferred:
-            step_unless(opt, bad)
-        elif scaler is None:
-            opt.step()
-        else:  # fp16: scaled loss; a step whose gradients overflowed (or whose loss is not finite) is skipped
-            scaler.unscale_(opt)
-            step_unless(opt, scaler_skip(scaler, opt, bad))
-            scaler.update()
-        restore_where(bad, kept)
-        average_buffers(model, ddp.world)  # BN running statistics of every rank's shard (D30)
-        log.add(epoch, k, value, scaler is not None)
-        return log.postfix(acc)
+        return value
 
-    bar = progress_bar(progress and ddp.main, total=total, initial=pos.epoch * steps + pos.step, desc=desc, unit="step")
-    complete = run_epochs(pos, epochs=E, steps=steps,
-                          batches=lambda e, s: accel.batches(splits.train_batches(e, start_step=s, rank=ddp.rank,
-                                                                                  world_size=ddp.world)),
-                          step=step, end_epoch=lambda e: None, save=save, checkpoint_every=int(rt["checkpoint_every"]),
-                          stop_after=stop_after, bar=bar, start_epoch=start_epoch)
-    log.settle(acc)
-    return RetrainResult(complete, pos.epoch, pos.step, model, acc["seconds"], acc["loss_sum"], acc["loss_n"])
+    def _apply(self, bad: torch.Tensor) -> None:
+        """The optimiser step, undone on the device where the loss was not finite (deferred, D29); in fp16 the
+        scaler's step, skipped where the gradients overflowed or the loss is not finite."""
+        from ..nets.sandwich import scaler_skip, step_unless
+
+        if self.scaler is None and self.deferred:
+            step_unless(self.opt, bad)
+        elif self.scaler is None:
+            self.opt.step()
+        else:
+            self.scaler.unscale_(self.opt)
+            step_unless(self.opt, scaler_skip(self.scaler, self.opt, bad))
+            self.scaler.update()
+
+
+def train_network(rt: RetrainSettings, space: SearchSpace, job: RetrainJob, splits: Any, accel: Accelerator,
+                  control: RunControl, ddp: Dist | None = None) -> RetrainResult:
+    """Train the fixed-width network of `job.channels` from scratch on `splits` (§7) under the `retrain:` settings on
+    `accel`'s device and precision, resumable at any step (`control`); `ddp`: this process's place in a data-parallel
+    run (default: alone). `job.seed` initialises the weights; the batches are the splits'."""
+    if splits.spec.batch_seed != job.seed:
+        raise ValueError(f"the splits' batches are seeded with {splits.spec.batch_seed}, this run with {job.seed}: "
+                         f"load them with settings.data_spec('retrain', train_seed={job.seed})")
+    ddp = ddp or Dist(device=accel.device)
+    r = _Retraining(rt, space, job, splits, accel, ddp)
+    ckpt = control.resume_dir / "checkpoint.pt"
+    state = load_resume(ckpt, job.run_id)
+    if state is not None:
+        r.restore(state, space, ckpt)
+    r.net = data_parallel(r.model, ddp)  # DDP broadcasts rank 0's parameters when built (identical by construction)
+    pos = r.pos
+    bar = progress_bar(control.progress and ddp.main, total=r.total, initial=pos.epoch * r.steps + pos.step,
+                       desc=job.desc, unit="step")
+    hooks = Hooks(batches=lambda e, s: accel.batches(splits.train_batches(e, start_step=s, rank=ddp.rank,
+                                                                           world_size=ddp.world)),
+                  step=r.step, end_epoch=lambda e: None, save=lambda: r.save(ckpt), start_epoch=r.start_epoch)
+    complete = run_epochs(pos, Schedule(r.E, r.steps, int(rt.checkpoint_every), control.stop_after), hooks, bar)
+    r.log.settle(r.acc)
+    return RetrainResult(complete, pos.epoch, pos.step, r.model, r.acc["seconds"], r.acc["loss_sum"], r.acc["loss_n"])

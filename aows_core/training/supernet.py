@@ -11,7 +11,7 @@ from the OWS checkpoint after W epochs (D21); then configurations come from the 
 marginals at the current γ and temperature T(u) (supplementary B).
 Every random choice of step k of epoch e derives from (seed, e, k), so a killed run resumes exactly
 (`training.loop`, `artifacts.resume`). Data parallel: `training.distributed`. Device and precision: the
-config's `train:` section (`training.accelerator`, docs/method.md D29); the fp16 gradient scaler is resumed too.
+`train:` settings (`training.accelerator`, docs/method.md D29); the fp16 gradient scaler is resumed too.
 
 `train_supernet` returns a `SupernetResult`; the stage writes the artifacts and then clears the
 resume state (only rank 0 writes). The `after_{n}.pt` epoch checkpoints are resume state until the run
@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -34,12 +34,12 @@ import numpy as np
 import torch
 
 from ..artifacts import copy_file, current_names, read_epoch_checkpoint, save_torch
-from ..config import data_spec, resume_settings, settings_hash, space_from_config
+from ..config import AowsSettings, Settings, SupernetSettings
 from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
 from .accelerator import Accelerator, accelerator
 from .distributed import Dist, average_buffers, bn_group, data_parallel, mean_metrics, process_group, update_unaries
-from .loop import Position, progress_bar, run_epochs
+from .loop import Hooks, Position, RunControl, Schedule, progress_bar, run_epochs
 
 EPOCHS_DIR = "epochs"  # the folder of the epoch checkpoints in the resume folder, until the run completes
 LOSS_DESCRIPTION = "hard-label CE(sampled configuration) - CE(max configuration), same sample and step, train-mode BN"
@@ -47,31 +47,66 @@ FROZEN_DESCRIPTION = ("frozen weights: mean CE(configuration) - CE(max configura
                       "train-mode BN over that batch, least squares of the additive model (docs/method.md D26)")
 
 
-def run_id(config: Mapping[str, Any], method: str, device: str | None, target: str | None) -> str:
+def run_id(settings_key: str, method: str, device: str | None, target: str | None) -> str:
     """The id a resume checkpoint must carry: the stage's settings but the process count (a run resumes with
-    another one, D30), the method, device and target."""
-    stage = "train_ows" if method == "ows" else "train_aows"
-    blob = json.dumps({"settings": settings_hash(resume_settings(config, stage)), "method": method, "device": device,
-                       "target": target}, sort_keys=True)
+    another one, D30) — `settings_key`, the hash of `config.resume_settings` — the method, device and target."""
+    blob = json.dumps({"settings": settings_key, "method": method, "device": device, "target": target}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def training_threads(config: Mapping[str, Any], method: str) -> int:
+@dataclass(frozen=True)
+class SupernetJob:
+    """What one supernet training trains (§5, §6): OWS, or AOWS for a device's target with its sampler (`make_sampler`)
+    and the OWS checkpoint after the warm-up epochs it starts from (D21). `settings_key` — the hash of the stage's
+    `config.resume_settings`, computed where the config is read — with the method, device and target identifies its
+    resume checkpoint (`run_id`)."""
+
+    settings_key: str
+    method: str = "ows"
+    device: str | None = None
+    target: str | None = None
+    sampler: Any = None
+    init_from: str | os.PathLike | None = None
+    target_value: float | None = None  # the target in the LUT's unit (AOWS; recorded with the unaries)
+
+    @property
+    def run_id(self) -> str:
+        return run_id(self.settings_key, self.method, self.device, self.target)
+
+
+def training_threads(supernet: SupernetSettings, aows: AowsSettings, method: str) -> int:
     """torch intra-op threads of a supernet run: supernet.threads for OWS, aows.threads for each AOWS run."""
-    return int(config["supernet" if method == "ows" else "aows"]["threads"])
+    return int((supernet if method == "ows" else aows).threads)
 
 
-def make_sampler(space: SearchSpace, config: Mapping[str, Any], x: np.ndarray, target_value: float):
+def make_sampler(settings: Settings, x: np.ndarray, target_value: float):
     """AOWS's sampler (§6) for a latency target on the table x; refuses an infeasible target here.
 
     With frozen unaries γ and s are refreshed with every estimation pass (`aows.refresh` steps), else every step."""
     from ..search.sampler import AOWSSampler
 
-    aw = config["aows"]
-    refresh = int(aw["refresh"]) if config["supernet"]["unaries"] == "frozen" else 1
-    return AOWSSampler(space, x, target_value, policy=aw["unvisited"], mode=aw["sampling"],
-                       scale=aw["temperature_scale"], refresh=refresh, seed=int(config["seed"]),
-                       unbound=aw["unbound"])
+    aw = settings.aows
+    refresh = int(aw.refresh) if settings.supernet.unaries == "frozen" else 1
+    return AOWSSampler(settings.space, x, target_value, aw, refresh=refresh, seed=settings.seed)
+
+
+@dataclass
+class EpochSums:
+    """The running sums of one epoch's metrics row (a resume checkpoint's `acc`)."""
+
+    steps: int = 0
+    images: int = 0
+    seconds: float = 0.0
+    loss_max: float = 0.0
+    loss_min: float = 0.0
+    loss_random: float = 0.0
+    acc: float = 0.0
+    last: dict = field(default_factory=dict)  # the sampler's latest γ, temperature and scale
+    entropy: float = 0.0
+    sampled_latency: float = 0.0
+    gamma_zero: int = 0
+    adaptive_steps: int = 0
+    skipped: int = 0  # fp16 steps the scaler skipped for a non-finite loss (not in the loss means)
 
 
 class EpochAccumulator:
@@ -80,45 +115,44 @@ class EpochAccumulator:
 
     log_seconds = 2.0  # how often the progress bar's loss is read from the device
 
-    def __init__(self, steps: int = 0, images: int = 0, seconds: float = 0.0, loss_max: float = 0.0,
-                 loss_min: float = 0.0, loss_random: float = 0.0, acc: float = 0.0, last: dict | None = None,
-                 entropy: float = 0.0, sampled_latency: float = 0.0, gamma_zero: int = 0, adaptive_steps: int = 0,
-                 skipped: int = 0):
-        self.steps, self.images, self.seconds = steps, images, seconds
-        self.loss_max, self.loss_min, self.loss_random, self.acc = loss_max, loss_min, loss_random, acc
-        self.last = last or {}
-        self.entropy, self.sampled_latency = entropy, sampled_latency
-        self.gamma_zero, self.adaptive_steps = gamma_zero, adaptive_steps
-        self.skipped = skipped  # fp16 steps the scaler skipped for a non-finite loss (not in the loss means)
+    def __init__(self, sums: EpochSums | None = None):
+        self.sums = sums if sums is not None else EpochSums()
         self._pending: list = []
         self._loss_text: str | None = None
         self._logged = time.perf_counter()
 
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> "EpochAccumulator":
+        """The accumulator a resume checkpoint's `acc` (`state()`) describes."""
+        return cls(EpochSums(**{**state, "last": state.get("last") or {}}))
+
     def add(self, record, n: int, seconds: float, sampler_last: dict | None) -> None:
         """Count one step now; its `StepRecord` is summed at the next read."""
-        self.steps += 1
-        self.images += n
-        self.seconds += seconds
+        t = self.sums
+        t.steps += 1
+        t.images += n
+        t.seconds += seconds
         self._pending.append(record)
         if sampler_last:
-            self.last = {k: sampler_last.get(k) for k in ("gamma", "temperature", "scale")}
-            self.adaptive_steps += 1
-            self.entropy += sampler_last["entropy"]
-            self.sampled_latency += sampler_last["sampled_latency"]
-            self.gamma_zero += int(not sampler_last["binding"])
+            t.last = {k: sampler_last.get(k) for k in ("gamma", "temperature", "scale")}
+            t.adaptive_steps += 1
+            t.entropy += sampler_last["entropy"]
+            t.sampled_latency += sampler_last["sampled_latency"]
+            t.gamma_zero += int(not sampler_last["binding"])
 
     def settle(self) -> None:
         """Sum the pending records in step order; a non-finite step raises `NonFiniteLoss` (its number in the text)."""
         pending, self._pending = self._pending, []
+        t = self.sums
         for record in pending:
             if not record.check():
-                self.skipped += 1
+                t.skipped += 1
                 continue
             a, b, c, d = record.summary()
-            self.loss_max += a
-            self.loss_min += b
-            self.loss_random += c
-            self.acc += d
+            t.loss_max += a
+            t.loss_min += b
+            t.loss_random += c
+            t.acc += d
             self._loss_text = f"{record.loss:.3f}"
 
     def postfix(self) -> dict[str, str]:
@@ -127,30 +161,28 @@ class EpochAccumulator:
         if self._loss_text is None or now - self._logged >= self.log_seconds:
             self.settle()
             self._logged = now
-        out = {"img_s": f"{self.images / max(self.seconds, 1e-9):.0f}"}
+        out = {"img_s": f"{self.sums.images / max(self.sums.seconds, 1e-9):.0f}"}
         return {**out, "loss": self._loss_text} if self._loss_text is not None else out
 
     def state(self) -> dict:
         self.settle()
-        return {"steps": self.steps, "images": self.images, "seconds": self.seconds, "loss_max": self.loss_max,
-                "loss_min": self.loss_min, "loss_random": self.loss_random, "acc": self.acc, "last": self.last,
-                "entropy": self.entropy, "sampled_latency": self.sampled_latency, "gamma_zero": self.gamma_zero,
-                "adaptive_steps": self.adaptive_steps, "skipped": self.skipped}
+        return {f.name: getattr(self.sums, f.name) for f in fields(EpochSums)}
 
     def row(self, epoch: int, sampling: str, signal: Mapping[str, float] | None = None) -> dict:
         self.settle()
-        s = max(self.steps - self.skipped, 1)
-        a = self.adaptive_steps
+        t = self.sums
+        s = max(t.steps - t.skipped, 1)
+        a = t.adaptive_steps
         signal = signal or {}
         return {
-            "epoch": epoch, "steps": self.steps, "images": self.images, "seconds": self.seconds,
-            "images_per_s": self.images / max(self.seconds, 1e-9), "loss_max": self.loss_max / s,
-            "loss_min": self.loss_min / s, "loss_random": self.loss_random / s, "train_acc_max": self.acc / s,
-            "sampling": sampling, "gamma": self.last.get("gamma"), "temperature": self.last.get("temperature"),
-            "scale": self.last.get("scale"),
-            "entropy": self.entropy / a if a else None,
-            "sampled_latency": self.sampled_latency / a if a else None,
-            "gamma_zero_share": self.gamma_zero / a if a else None,
+            "epoch": epoch, "steps": t.steps, "images": t.images, "seconds": t.seconds,
+            "images_per_s": t.images / max(t.seconds, 1e-9), "loss_max": t.loss_max / s,
+            "loss_min": t.loss_min / s, "loss_random": t.loss_random / s, "train_acc_max": t.acc / s,
+            "sampling": sampling, "gamma": t.last.get("gamma"), "temperature": t.last.get("temperature"),
+            "scale": t.last.get("scale"),
+            "entropy": t.entropy / a if a else None,
+            "sampled_latency": t.sampled_latency / a if a else None,
+            "gamma_zero_share": t.gamma_zero / a if a else None,
             "width_signal": signal.get("width_signal"), "width_signal_se": signal.get("width_signal_se"),
             "unaries_r2": signal.get("r2"),
         }
@@ -182,7 +214,7 @@ class _Run:
     ddp: Dist
     accel: Accelerator
     scaler: torch.amp.GradScaler | None
-    label_smoothing: float
+    sandwich: Any  # the sandwich steps' SandwichOptions (label smoothing, autocast, scaler, deferred checks)
     unaries: str = "frozen"
     est: Mapping[str, int] = field(default_factory=dict)
     fit: Any = None
@@ -234,43 +266,45 @@ def checkpoint_state(run: _Run) -> dict[str, Any]:
     }
 
 
-def _setup(config: Mapping[str, Any], space: SearchSpace, method: str, sampler, device: str | None,
-           target: str | None, ddp: Dist) -> _Run:
+def _setup(settings: Settings, job: SupernetJob, ddp: Dist) -> _Run:
     """Data, model, optimiser, unaries estimator, run id and this rank's shard."""
     from ..data import check_dataset, load_splits, shard_bounds
+    from ..nets.sandwich import SandwichOptions, defers
     from ..nets.supernet import Supernet
     from ..search.sampler import TemperatureSchedule
     from ..search.unaries import EpochUnaries, WindowUnaries
 
-    sn, aw, seed = config["supernet"], config["aows"], int(config["seed"])
-    E, W = int(sn["epochs"]), int(aw["warmup_epochs"])
-    schedule = TemperatureSchedule(W, E) if method == "aows" else None
-    spec = data_spec(config)
+    space, sn, aw, seed = settings.space, settings.supernet, settings.aows, settings.seed
+    E, W = int(sn.epochs), int(aw.warmup_epochs)
+    spec = settings.data_spec()
     splits = load_splits(spec, device=ddp.device)  # an in-memory dataset is held and augmented there
     check_dataset(splits.info, space)
-    steps = splits.steps_per_epoch
-    R, B = int(sn["n_random"]), int(sn["batch_size"])
+    R, B = int(sn.n_random), int(sn.batch_size)
     lo, hi = shard_bounds(B, ddp.rank, ddp.world)
 
-    accel = accelerator(config, ddp.device)  # fp16 with several processes is refused when the config is read
+    accel = accelerator(settings.train, ddp.device)  # fp16 with several processes is refused when the config is read
     torch.manual_seed(seed)
-    model = Supernet(space, channels_last=bool(sn["channels_last"])).to(accel.device)
-    opt = torch.optim.SGD(model.parameters(), lr=sn["lr"], momentum=sn["momentum"], weight_decay=sn["weight_decay"],
-                          nesterov=sn["momentum"] > 0)
-    estimator = EpochUnaries(space) if method == "ows" else WindowUnaries(space, int(aw["window"]))
-    return _Run(space=space, method=method, seed=seed, E=E, W=W, R=R, B=B, lo=lo, hi=hi, steps=steps, spec=spec,
-                splits=splits, model=model, net=model, opt=opt, estimator=estimator, sampler=sampler,
-                schedule=schedule, run_id=run_id(config, method, device, target), ddp=ddp, accel=accel,
-                scaler=accel.grad_scaler(), label_smoothing=sn["label_smoothing"], unaries=sn["unaries"],
-                est=_estimation_settings(sn, aw, steps * B), bn_group=bn_group(bool(sn["sync_bn"])))
+    model = Supernet(space, channels_last=bool(sn.channels_last)).to(accel.device)
+    opt = torch.optim.SGD(model.parameters(), lr=sn.lr, momentum=sn.momentum, weight_decay=sn.weight_decay,
+                          nesterov=sn.momentum > 0)
+    estimator = EpochUnaries(space) if job.method == "ows" else WindowUnaries(space, int(aw.window))
+    scaler = accel.grad_scaler()
+    sandwich = SandwichOptions(label_smoothing=sn.label_smoothing, autocast=accel.autocast, scaler=scaler,
+                               defer=defers(accel.device))
+    return _Run(space=space, method=job.method, seed=seed, E=E, W=W, R=R, B=B, lo=lo, hi=hi,
+                steps=splits.steps_per_epoch, spec=spec, splits=splits, model=model, net=model, opt=opt,
+                estimator=estimator, sampler=job.sampler,
+                schedule=TemperatureSchedule(W, E) if job.method == "aows" else None, run_id=job.run_id, ddp=ddp,
+                accel=accel, scaler=scaler, sandwich=sandwich, unaries=sn.unaries,
+                est=_estimation_settings(sn, aw, splits.steps_per_epoch * B), bn_group=bn_group(bool(sn.sync_bn)))
 
 
-def _estimation_settings(sn: Mapping[str, Any], aw: Mapping[str, Any], epoch_images: int) -> dict[str, int]:
+def _estimation_settings(sn: SupernetSettings, aw: AowsSettings, epoch_images: int) -> dict[str, int]:
     """Sizes of the estimation passes (D26): OWS's final pass, AOWS's refreshes and final pass; the pool is at most
     one epoch's images, a batch at most the pool."""
-    images = min(int(sn["estimate_images"]), epoch_images)
-    return {"configs": int(sn["estimate_configs"]), "aows_configs": int(aw["estimate_configs"]),
-            "aows_final": int(aw["final_configs"]), "images": images, "batch": min(int(sn["estimate_batch"]), images)}
+    images = min(int(sn.estimate_images), epoch_images)
+    return {"configs": int(sn.estimate_configs), "aows_configs": int(aw.estimate_configs),
+            "aows_final": int(aw.final_configs), "images": images, "batch": min(int(sn.estimate_batch), images)}
 
 
 def _restore(run: _Run, state: dict) -> None:
@@ -282,7 +316,7 @@ def _restore(run: _Run, state: dict) -> None:
         run.sampler.load_state_dict(state["sampler"])
     run.pos = Position(state["epoch"], state["step"])
     run.rows, run.metrics = state["rows"], state["metrics"]
-    run.acc = EpochAccumulator(**state["acc"])
+    run.acc = EpochAccumulator.from_state(state["acc"])
     run.estimation_seconds = float(state.get("estimation_seconds", 0.0))
     if run.scaler is not None and "scaler" in state:
         run.scaler.load_state_dict(state["scaler"])
@@ -356,7 +390,7 @@ def _refresh_fit(run: _Run, epoch: int, step: int, n: int, temperature: float | 
 def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
     """One sandwich step at run.pos (§3, §5/§6 sampling), unaries and metrics updated; the bar's postfix."""
     from ..nets.batchnorm import synchronised
-    from ..nets.sandwich import defers, sandwich_step
+    from ..nets.sandwich import sandwich_step
     from ..nets.widths import widths_tensor
     from ..search.sampler import uniform_layer_indices
     from .distributed import DeferredUnaries
@@ -377,10 +411,9 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
         idx = uniform_layer_indices(space, R * B, rng)
     idx = idx.reshape(R, B, space.n_layers)[:, lo:hi]  # configurations of this rank's samples
     widths = widths_tensor(space, idx.reshape(-1, space.n_layers)).reshape(R, hi - lo, space.n_layers)
-    deferred = defers(run.accel.device)  # off the CPU nothing is read back per step (D29)
+    deferred = run.sandwich.defer  # off the CPU nothing is read back per step (D29)
     with synchronised(run.model, run.bn_group):  # every rank runs the step's passes in lockstep
-        res = sandwich_step(run.net, x, y, widths, run.opt, R, label_smoothing=run.label_smoothing, step=step,
-                            autocast=run.accel.autocast, scaler=run.scaler, defer=deferred)
+        res = sandwich_step(run.net, x, y, widths, run.opt, R, step=step, opts=run.sandwich)
     record = res.record()  # the step's outputs on their way to the host
     if deferred and ddp.world == 1:
         if not isinstance(run.estimator, DeferredUnaries):
@@ -399,8 +432,7 @@ def _step(run: _Run, x: torch.Tensor, y: torch.Tensor) -> dict[str, str]:
 
 
 def _end_epoch(run: _Run, epoch: int, epochs_dir: Path) -> None:
-    """Unary rows and metrics of the epoch, the `after_{n}.pt` epoch checkpoint (in `epochs_dir`, resume state until
-    the run completes), estimator and sums reset.
+    """Unary rows and metrics of the epoch, the `after_{n}.pt` epoch checkpoint, estimator and sums reset.
 
     The last epoch of a frozen-unaries run ends with an estimation pass on the final weights (D26): OWS's of
     supernet.estimate_configs uniform configurations, AOWS's of aows.final_configs."""
@@ -430,23 +462,20 @@ def _end_epoch(run: _Run, epoch: int, epochs_dir: Path) -> None:
     run.acc = EpochAccumulator()
 
 
-def train(config: Mapping[str, Any], out_dir: Path, resume_dir: Path, *, method: str, sampler, device: str | None,
-          target: str | None, init_from, progress: bool, stop_after: int | None, ddp: Dist) -> SupernetResult:
+def train(settings: Settings, out_dir: Path, job: SupernetJob, control: RunControl, ddp: Dist) -> SupernetResult:
     """The training loop of `train_supernet` on this rank (the sampler is AOWS's, None for OWS)."""
-    space = space_from_config(config)
-    sn = config["supernet"]
-    torch.set_num_threads(training_threads(config, method))
-    run = _setup(config, space, method, sampler, device, target, ddp)
-    ckpt_path = resume_dir / "checkpoint.pt"
-    epochs_dir = resume_dir / EPOCHS_DIR
+    torch.set_num_threads(training_threads(settings.supernet, settings.aows, job.method))
+    run = _setup(settings, job, ddp)
+    ckpt_path = control.resume_dir / "checkpoint.pt"
+    epochs_dir = control.resume_dir / EPOCHS_DIR
     state = load_resume(ckpt_path, run.run_id)
     if state is not None:
         _restore(run, state)
     else:
         if ddp.main:
             shutil.rmtree(epochs_dir, ignore_errors=True)  # epoch checkpoints of a run started afresh
-        if method == "aows":
-            _warm_start(run, read_epoch_checkpoint(init_from, space, completed_epochs=run.W))
+        if job.method == "aows":
+            _warm_start(run, read_epoch_checkpoint(job.init_from, run.space, completed_epochs=run.W))
     run.net = data_parallel(run.model, ddp)  # DDP broadcasts rank 0's parameters when built (identical by construction)
 
     def save() -> None:
@@ -454,34 +483,35 @@ def train(config: Mapping[str, Any], out_dir: Path, resume_dir: Path, *, method:
             save_resume(checkpoint_state(run), ckpt_path)
 
     def start_epoch(epoch: int) -> None:
-        run.adaptive = method == "aows" and epoch >= run.W
+        run.adaptive = job.method == "aows" and epoch >= run.W
 
-    bar = progress_bar(progress and ddp.main, total=run.E * run.steps, initial=run.pos.epoch * run.steps + run.pos.step,
-                       desc=f"supernet {method}", unit="step")
+    bar = progress_bar(control.progress and ddp.main, total=run.E * run.steps,
+                       initial=run.pos.epoch * run.steps + run.pos.step, desc=f"supernet {job.method}", unit="step")
     run.t_last = time.perf_counter()
-    complete = run_epochs(
-        run.pos, epochs=run.E, steps=run.steps,
-        batches=lambda e, s: run.splits.train_batches(e, start_step=s, rank=ddp.rank, world_size=ddp.world),
-        step=lambda x, y: _step(run, x, y), end_epoch=lambda e: _end_epoch(run, e, epochs_dir), save=save,
-        checkpoint_every=int(sn["checkpoint_every"]), stop_after=stop_after, bar=bar, start_epoch=start_epoch,
-    )
+    hooks = Hooks(batches=lambda e, s: run.splits.train_batches(e, start_step=s, rank=ddp.rank, world_size=ddp.world),
+                  step=lambda x, y: _step(run, x, y), end_epoch=lambda e: _end_epoch(run, e, epochs_dir), save=save,
+                  start_epoch=start_epoch)
+    complete = run_epochs(run.pos, Schedule(run.E, run.steps, int(settings.supernet.checkpoint_every),
+                                            control.stop_after), hooks, bar)
     if complete and ddp.main:  # every epoch's checkpoint, also those of epochs finished before a kill
-        for n in range(1, run.E + 1):
-            if (epochs_dir / f"after_{n}.pt").exists():
-                copy_file(epochs_dir / f"after_{n}.pt", out_dir / "checkpoints" / f"after_{n}.pt")
+        _publish_epochs(epochs_dir, out_dir / "checkpoints", run.E)
     return SupernetResult(complete=complete, epoch=run.pos.epoch, step=run.pos.step, rows=run.rows,
                           metrics=run.metrics, model_state=run.model.state_dict() if complete else None,
-                          run_id=run.run_id, sampler_scale=None if sampler is None else sampler.s, world=ddp.world,
-                          main=ddp.main, spec=run.spec, train_device=str(run.accel.device),
+                          run_id=run.run_id, sampler_scale=None if job.sampler is None else job.sampler.s,
+                          world=ddp.world, main=ddp.main, spec=run.spec, train_device=str(run.accel.device),
                           estimation_seconds=run.estimation_seconds)
 
 
-def train_supernet(config: Mapping[str, Any], out_dir: str | os.PathLike, resume_dir: str | os.PathLike, *,
-                   method: str = "ows", sampler=None, device: str | None = None, target: str | None = None,
-                   init_from: str | os.PathLike | None = None, progress: bool = True,
-                   stop_after: int | None = None) -> SupernetResult:
+def _publish_epochs(epochs_dir: Path, checkpoints: Path, epochs: int) -> None:
+    """Copy the run's `after_{n}.pt` epoch checkpoints from the resume state into the outputs."""
+    for n in range(1, epochs + 1):
+        if (epochs_dir / f"after_{n}.pt").exists():
+            copy_file(epochs_dir / f"after_{n}.pt", checkpoints / f"after_{n}.pt")
+
+
+def train_supernet(settings: Settings, out_dir: str | os.PathLike, job: SupernetJob,
+                   control: RunControl) -> SupernetResult:
     """Train an OWS or AOWS supernet (§5, §6) in this process's place of the data-parallel run."""
-    with process_group(int(config["supernet"].get("processes", 1)), str(config["train"]["device"]),
-                       deterministic=bool(config["train"]["deterministic"])) as ddp:
-        return train(config, Path(out_dir), Path(resume_dir), method=method, sampler=sampler, device=device,
-                     target=target, init_from=init_from, progress=progress, stop_after=stop_after, ddp=ddp)
+    with process_group(int(settings.supernet.processes), str(settings.train.device),
+                       deterministic=bool(settings.train.deterministic)) as ddp:
+        return train(settings, Path(out_dir), job, control, ddp)

@@ -7,10 +7,12 @@ import pandas as pd
 import pytest
 
 from aows_core import artifacts as io
-from aows_core.config import validate
+from aows_core.config import ProfilingSettings
 from aows_core.devices import get_device
-from aows_core.latency.protocol import finalist_rows, noise_gate, noise_threshold, target_gaps
+from aows_core.latency.protocol import FinalistSession, finalist_rows, noise_gate, noise_threshold, target_gaps
+from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
+from aows_core.training.loop import RunControl
 from conftest import write_uniform_configs
 
 BUSY = {"backend": "synthetic", "noise": 0.01, "drift": 0.3, "nonadditive": 0.0, "interference": 0.3,
@@ -18,12 +20,12 @@ BUSY = {"backend": "synthetic", "noise": 0.01, "drift": 0.3, "nonadditive": 0.0,
 
 
 def protocol(**kw):
-    return {**validate({})["profiling"], "repeats": 10, "retest": 30, **kw}
+    return ProfilingSettings(**{"repeats": 10, "retest": 30, **kw})
 
 
 def _profile(space, tmp_path, name, p, spec=BUSY, stop_after=None, resume="resume"):
-    return profile(space, "busy", spec, tmp_path / "c.parquet", tmp_path / f"{name}.parquet", tmp_path / resume, p,
-                   seed=1, progress=False, stop_after=stop_after, targets=["range:0.2", "range:0.6"])
+    return profile(ProfileJob(space, "busy", spec, p, 1, ("range:0.2", "range:0.6")), tmp_path / "c.parquet",
+                   tmp_path / f"{name}.parquet", RunControl(tmp_path / resume, False, stop_after))
 
 
 def _log_error(space, path, spec=BUSY):
@@ -145,14 +147,14 @@ def test_finalists_are_flagged_when_the_lut_or_the_session_was_too_noisy():
     fin = [{"method": "ows", "target": "t", "target_ms": 5.0, "unit": "ms", "channels": list(n), "predicted_ms": 1.0}
            for n in nets]
     quiet = _rows([[1.0, 1.01, 0.99], [2.0, 2.02, 1.98]])
-    out, _, noise = finalist_rows(fin, quiet, nets, 1.0, False, "d", True, max_noise=0.05)
+    out, _, noise = finalist_rows(fin, quiet, nets, FinalistSession("d", 1.0, max_noise=0.05))
     assert noise < 0.02 and not any(r["too_noisy"] for r in out)
     assert [r["measured_ms"] for r in out] == pytest.approx([1.0, 2.0])
-    out, _, _ = finalist_rows(fin, _rows([[1.0, 1.01, 0.99], [2.0, 2.02, 1.98]]), nets, 1.0, False, "d", True,
-                              max_noise=0.05, lut_too_noisy=True)
+    out, _, _ = finalist_rows(fin, _rows([[1.0, 1.01, 0.99], [2.0, 2.02, 1.98]]), nets,
+                              FinalistSession("d", 1.0, max_noise=0.05, lut_too_noisy=True))
     assert all(r["too_noisy"] for r in out)
     busy = _rows([[1.0, 1.3, 0.8], [2.0, 2.6, 1.7]])
-    out, _, noise = finalist_rows(fin, busy, nets, 1.0, False, "d", True, max_noise=0.05)
+    out, _, noise = finalist_rows(fin, busy, nets, FinalistSession("d", 1.0, max_noise=0.05))
     assert noise > 0.05 and all(r["too_noisy"] for r in out)
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aows_core.config import space_from_config, validate
+from aows_core.config import resolve, validate
 from aows_core.devices import get_device
 from aows_core.latency import fit, lut
 from aows_core.latency.metrics import latency_metrics
@@ -17,7 +17,7 @@ from aows_core.latency.verify import refit_with
 from aows_core.search.baselines import decide_uniform
 from aows_core.search.decisions import decide
 from aows_core.search.link import IDENTITY, Link
-from aows_core.search.targets import latency_range, resolve_target
+from aows_core.search.targets import DeviceTable, latency_range, resolve_target
 from aows_core.space import SearchSpace, Theta, multiplier_configs
 
 
@@ -66,7 +66,7 @@ def test_decoding_under_a_link_is_the_brute_force_optimum(chain):
     lo, hi, _, _ = latency_range(space, x, g)
     assert lo == pytest.approx(lat.min()) and hi == pytest.approx(lat.max())
     for frac in (0.1, 0.3, 0.5, 0.7, 0.9):
-        (row,) = decide(space, u, x, [f"range:{frac}"], method="ows", device="d", unit="ms", link=g)
+        (row,) = decide(space, u, DeviceTable(x, "ms", g, "d"), [f"range:{frac}"], method="ows")
         t = resolve_target(f"range:{frac}", space, x, "ms", g)
         assert t == pytest.approx(lo + frac * (hi - lo)) and row["target_ms"] == pytest.approx(t)
         ok = lat <= t * (1 + 1e-12)
@@ -77,8 +77,8 @@ def test_decoding_under_a_link_is_the_brute_force_optimum(chain):
     # the same target on the additive table alone overshoots it somewhere above the knot: the link is not cosmetic
     over = []
     for t in np.linspace(g.knot_ms, hi, 12)[1:]:
-        (plain,) = decide(space, u, x, [f"{t:.9f}ms"], method="ows", device="d", unit="ms")
-        (linked,) = decide(space, u, x, [f"{t:.9f}ms"], method="ows", device="d", unit="ms", link=g)
+        (plain,) = decide(space, u, DeviceTable(x, "ms", device="d"), [f"{t:.9f}ms"], method="ows")
+        (linked,) = decide(space, u, DeviceTable(x, "ms", g, "d"), [f"{t:.9f}ms"], method="ows")
         assert linked["predicted_latency_ms"] <= t * (1 + 1e-9)
         over.append(g(plain["predicted_latency_ms"]) > t * (1 + 1e-9))
     assert any(over)
@@ -87,7 +87,7 @@ def test_decoding_under_a_link_is_the_brute_force_optimum(chain):
 def test_uniform_baseline_meets_the_linked_target(chain):
     space, x, _, _ = chain
     g = Link(0.3, 1.5)
-    (row,) = decide_uniform(space, x, ["range:0.5"], device="d", unit="ms", link=g)
+    (row,) = decide_uniform(space, DeviceTable(x, "ms", g, "d"), ["range:0.5"])
     lats = [g(lut.predict(space, x, space.indices(c))) for _, c in multiplier_configs(space)]
     want = max(k for k, v in enumerate(lats) if v <= row["target_ms"])
     assert row["channels"] == multiplier_configs(space)[want][1]
@@ -102,13 +102,13 @@ RAW = {"seed": 2, "space": {"resolution": 8, "n_choices": 3, "width_mult": 0.25}
 
 
 def _sets(name):
-    cfg = validate(RAW)
-    space = space_from_config(cfg)
-    dev = get_device(cfg["devices"][name], space, cfg["seed"])
-    rows, _ = config_rows(space, cfg["seed"], cfg["sampling"])
+    s = resolve(validate(RAW))
+    space = s.space
+    dev = get_device(s.device(name), space, s.seed)
+    rows, _ = config_rows(space, s.seed, s.sampling)
     cols = {"role": ["sample"] * len(rows), "set": [r["set"] for r in rows], "channels": [r["channels"] for r in rows],
             "latency_ms": [dev.true_latency(r["channels"]) for r in rows], "config_id": [r["config_id"] for r in rows]}
-    return cfg, space, dev, lut.split_sets(space, cols)
+    return s, space, dev, lut.split_sets(space, cols)
 
 
 def _test_error(space, sets, f):
@@ -120,9 +120,9 @@ def test_the_fit_recovers_a_cache_spill():
     """A device whose networks above a knot cost 1.6× their sum beyond it: the additive table cannot follow it; the
     linked fit is chosen on lambda_val, finds the knot and the slope and predicts the held-out networks better. (The
     additive part absorbs some of the spill into the widest layers' entries: the recovery is partial.)"""
-    cfg, space, dev, sets = _sets("spill")
-    plain = fit.fit_table(space, sets, {**cfg["lut"], "link_knots": []}).fit
-    t = fit.fit_table(space, sets, cfg["lut"])
+    s, space, dev, sets = _sets("spill")
+    plain = fit.fit_table(space, sets, s.lut.replace(link_knots=[])).fit
+    t = fit.fit_table(space, sets, s.lut)
     f = t.fit
     assert not f.link.identity and t.row["link_slope"] == f.link.slope
     assert sum(r["chosen"] for r in t.rows) == 1
@@ -131,7 +131,7 @@ def test_the_fit_recovers_a_cache_spill():
     assert e_link < 0.9 * e_plain
     # a verified decision's refit keeps the link (D36, D39)
     timed = {tuple(space.max_config): dev.true_latency(space.max_config)}
-    x = refit_with(space, sets, timed, {**cfg["lut"], "smoothness": [f.mu]}, 20, f.link)
+    x = refit_with(space, sets, timed, s.lut.replace(smoothness=[f.mu]), 20, f.link)
     assert lut.predict(space, x, space.indices(space.max_config), f.link) == pytest.approx(
         timed[tuple(space.max_config)], rel=0.01)
 
@@ -139,25 +139,25 @@ def test_the_fit_recovers_a_cache_spill():
 def test_a_fixed_link_is_kept_even_when_the_table_does_not_move():
     """Regression: a refit under a given link (D36's verified decisions) returned the identity when no step lowered
     the loss — its table then predicted without the link its decisions were made with."""
-    cfg, space, _, sets = _sets("spill")
-    first = fit.fit_table(space, sets, cfg["lut"]).fit
+    s, space, _, sets = _sets("spill")
+    first = fit.fit_table(space, sets, s.lut).fit
     g = first.link
-    again = fit.fit_table(space, sets, {**cfg["lut"], "smoothness": [first.mu]}, link=g)
+    again = fit.fit_table(space, sets, s.lut.replace(smoothness=[first.mu]), link=g)
     assert again.fit.link == g and again.row["link_slope"] == g.slope
     idx, l, _ = sets["test"]
     assert np.allclose(lut.predict(space, again.fit.x, idx, g), lut.predict(space, first.x, idx, g), rtol=0.02)
     # a link whose knot no training network reaches: nothing to move, and still the given link
     far = Link(1e3, 0.5)
-    assert fit.fit_table(space, sets, {**cfg["lut"], "smoothness": [first.mu]}, link=far).fit.link == far
+    assert fit.fit_table(space, sets, s.lut.replace(smoothness=[first.mu]), link=far).fit.link == far
     # and the identity stays the identity
-    assert fit.fit_table(space, sets, {**cfg["lut"], "link_knots": []}, link=IDENTITY).fit.link.identity
+    assert fit.fit_table(space, sets, s.lut.replace(link_knots=[]), link=IDENTITY).fit.link.identity
 
 
 def test_an_additive_device_keeps_the_additive_sum():
     """Noise-free eq. lat: the link adds nothing, and whatever lambda_val keeps predicts as the additive table does."""
-    cfg, space, _, sets = _sets("plain")
-    chosen = fit.fit_table(space, sets, cfg["lut"]).fit
-    plain = fit.fit_table(space, sets, {**cfg["lut"], "link_knots": []}).fit
+    s, space, _, sets = _sets("plain")
+    chosen = fit.fit_table(space, sets, s.lut).fit
+    plain = fit.fit_table(space, sets, s.lut.replace(link_knots=[])).fit
     idx, _, _ = sets["test"]
     a = lut.predict(space, chosen.x, idx, chosen.link)
     b = lut.predict(space, plain.x, idx)

@@ -231,7 +231,8 @@ def test_noisy_fit_error_is_close_to_the_injected_noise(small):
     idx_tr, idx_val, idx_te = covering_idx(small, 800, rng), sample_idx(small, 150, rng), sample_idx(small, 500, rng)
     A_tr, A_val, A_te = (lut.design_matrix(small, i) for i in (idx_tr, idx_val, idx_te))
     noisy = lambda A: (A @ x_true) * (1 + sigma * rng.standard_normal(A.shape[0]))  # noqa: E731
-    best, results, rows = fit.lambda_scan(A_tr, noisy(A_tr), A_val, noisy(A_val), lut.monotonicity_matrix(small), space=small)
+    best, results, rows = fit.lambda_scan((A_tr, noisy(A_tr)), (A_val, noisy(A_val)), lut.monotonicity_matrix(small),
+                                          space=small)
     x = results[best].x
     clean_te = A_te @ x_true
     meas_te = clean_te * (1 + sigma * rng.standard_normal(len(clean_te)))
@@ -301,7 +302,7 @@ def test_lambda_scan_chooses_by_validation_error_only(small):
     train_rmse = {lam: np.sqrt(np.mean((A_tr @ f.x - l_tr) ** 2)) for lam, f in by_lam.items()}
     target = max(train_rmse, key=train_rmse.get)
     assert np.max(np.abs(A_val @ by_lam[target].x - A_val @ by_lam[min(train_rmse, key=train_rmse.get)].x)) > 1e-6
-    best, results, rows = fit.lambda_scan(A_tr, l_tr, A_val, A_val @ by_lam[target].x, V, grid)
+    best, results, rows = fit.lambda_scan((A_tr, l_tr), (A_val, A_val @ by_lam[target].x), V, grid)
     assert grid[best] == target and results[best].lam_rel == target
     assert [r.lam_rel for r in results] == grid
     assert [r["chosen"] for r in rows].count(True) == 1 and rows[best]["chosen"]
@@ -312,7 +313,7 @@ def test_lambda_scan_chooses_by_validation_error_only(small):
 def test_lut_fit_rows_write_under_the_schema(tmp_path, clean_problem):
     p = clean_problem
     A_te = lut.design_matrix(p["space"], p["idx_te"])
-    best, results, rows = fit.lambda_scan(p["A_tr"], p["l_tr"], A_te, A_te @ p["x_true"], p["V"], [0.0, 0.1])
+    best, results, rows = fit.lambda_scan((p["A_tr"], p["l_tr"]), (A_te, A_te @ p["x_true"]), p["V"], [0.0, 0.1])
     io.write_records(rows, tmp_path / "fit.parquet", "lut_fit", {})
     table, _ = io.read_table(tmp_path / "fit.parquet", "lut_fit")
     assert table.num_rows == 2 and table.column("lam").to_pylist()[1] == pytest.approx(0.1 * results[0].scale)
@@ -362,16 +363,16 @@ def test_adequacy_separates_model_error_from_timing_noise():
     rng = np.random.default_rng(0)
     pred = rng.uniform(1.0, 3.0, 400)
     noise_only = pred * (1 + 0.01 * rng.standard_normal(400))
-    a = metrics.adequacy(pred, noise_only, sigma_n=0.01, retested_ms=pred)
+    a = metrics.adequacy(pred, noise_only, metrics.SessionNoise(0.01, pred))
     assert a["verdict"] == "at_noise" and "as good as the timings allow" in a["message"] and a["model_error"] < 0.004
     structured = pred * (1 + 0.01 * rng.standard_normal(400) + 0.04 * np.sign(np.sin(7 * pred)))
-    b = metrics.adequacy(pred, structured, sigma_n=0.01, retested_ms=pred)
+    b = metrics.adequacy(pred, structured, metrics.SessionNoise(0.01, pred))
     assert b["verdict"] == "model_limited" and "non-additivity" in b["message"] and "(verify)" in b["message"]
     assert b["model_error"] == pytest.approx(np.sqrt(0.04**2 + 0.01**2 - 0.01**2), rel=0.1)
     inside = np.mean((structured / pred >= b["ratio_low"]) & (structured / pred <= b["ratio_high"]))
     assert 0.94 <= inside <= 0.96 and b["ratio_low"] < 0.96 < 1.04 < b["ratio_high"]
     # a session that failed the noise gate says so first, whatever its error, with the gate's own advice
-    c = metrics.adequacy(pred, structured, sigma_n=0.01, retested_ms=pred, noise_message="too noisy: close programs.")
+    c = metrics.adequacy(pred, structured, metrics.SessionNoise(0.01, pred, "too noisy: close programs."))
     assert c["verdict"] == "too_noisy" and c["message"].startswith("too noisy: close programs.")
 
 
@@ -385,16 +386,16 @@ def test_adequacy_says_when_the_error_sits_beyond_every_retested_network():
     slow = np.arange(200) >= 180
     noisy = np.where(slow, meas * (1 + 0.08 * rng.standard_normal(200)), pred)  # the 20 slowest spread 8 %
     retested = np.r_[meas[:179:4], meas[179]]  # retest pairs reach the 180th network
-    r = metrics.adequacy(noisy, meas, 0.01, retested)
+    r = metrics.adequacy(noisy, meas, metrics.SessionNoise(0.01, retested))
     sq = (noisy - meas) ** 2
     assert r["retest_reach_ms"] == meas[179] and r["beyond_retest"] == 20 and r["verdict"] == "model_limited"
     assert r["error_beyond_retest"] == pytest.approx(sq[slow].sum() / sq.sum()) and r["error_beyond_retest"] > 0.5
     assert "20 held-out networks slower than every retested one" in r["message"]
-    covered = metrics.adequacy(noisy, meas, 0.01, np.r_[meas[::4], meas[-1]])  # retests up to the slowest: no note
+    covered = metrics.adequacy(noisy, meas, metrics.SessionNoise(0.01, np.r_[meas[::4], meas[-1]]))  # retests up to the slowest: no note
     assert covered["beyond_retest"] == 0 and "retested" not in covered["message"]
-    even = metrics.adequacy(pred, meas, 0.01, retested)  # the error spread evenly: no note
+    even = metrics.adequacy(pred, meas, metrics.SessionNoise(0.01, retested))  # the error spread evenly: no note
     assert even["error_beyond_retest"] < metrics.REACH_SHARE and "retested" not in even["message"]
-    assert metrics.adequacy(pred, meas, 0.01, [])["retest_reach_ms"] is None
+    assert metrics.adequacy(pred, meas, metrics.SessionNoise(0.01, []))["retest_reach_ms"] is None
 
 
 def test_latency_metrics_on_a_hand_computed_example():

@@ -3,10 +3,12 @@
 import numpy as np
 import pytest
 
+from aows_core.config import ProfilingSettings
 from aows_core.devices.base import PairedMeasurement
 from aows_core.devices.flops import variable_macs
 from aows_core.latency import fit, lut, metrics
 from aows_core.latency.protocol import (
+    FinalistSession,
     MeasureError,
     check_predictions,
     finalist_rows,
@@ -16,7 +18,7 @@ from aows_core.latency.protocol import (
 )
 from aows_core.space import get_space
 
-PROTOCOL = {"statistic": "median", "repeats": 3, "warmup": 1, "min_time_ms": 0.0, "chunks": 5, "reference_share": 0.5}
+PROTOCOL = ProfilingSettings(statistic="median", repeats=3, warmup=1, min_time_ms=0.0, chunks=5, reference_share=0.5)
 REF = (2, 2)
 
 
@@ -41,7 +43,7 @@ def test_protocol_differences_name_each_changed_setting():
     assert protocol_differences({"repeats": 3, "warmup": 1}, PROTOCOL) == ["pairing 'interpolated' → 'paired'"]
     assert protocol_differences({**paired, "chunks": 3}, PROTOCOL) == ["chunks 3 → 5"]
     # a setting recorded by an older session and since removed (D41's large reference) is no difference
-    assert protocol_differences({**PROTOCOL, **paired, "large_reference_share": 0.0}, PROTOCOL) == []
+    assert protocol_differences({**PROTOCOL.to_dict(), **paired, "large_reference_share": 0.0}, PROTOCOL) == []
 
 
 def test_finalists_are_corrected_to_the_lut_baseline(monkeypatch):
@@ -54,7 +56,7 @@ def test_finalists_are_corrected_to_the_lut_baseline(monkeypatch):
     assert len(steps) == len(rows) == len(jobs)
     fin = [{"method": "ows", "target": "t", "target_ms": 5.0, "unit": "ms", "channels": list(n), "predicted_ms": 4.0}
            for n in nets]
-    out, session, _ = finalist_rows(fin, rows, nets, baseline=4.0, analytic=False, device_name="d", match=True)
+    out, session, _ = finalist_rows(fin, rows, nets, FinalistSession("d", baseline=4.0))
     # the drift hits network and reference alike: paired timing at the undrifted reference (4) removes it (up to the
     # running median of the neighbouring jobs' references that a steady host's job is divided by)
     assert [r["measured_ms"] for r in out] == pytest.approx([3.0, 7.0], rel=1e-3)
@@ -89,7 +91,7 @@ def test_split_sets_and_an_exact_table_fit():
         cols["config_id"].append(k)
     sets = lut.split_sets(space, lut.columns_of(cols))
     assert {k: len(v[1]) for k, v in sets.items()} == {"train": 60, "lambda_val": 5, "test": 5}
-    t = fit.fit_table(space, sets, {}, exact=x)
+    t = fit.fit_table(space, sets, exact=x)
     assert t.fit.status == "exact" and t.rows == [t.row]
     assert t.row["val_rmse_ms"] == pytest.approx(0.0, abs=1e-9) and t.n_obs.shape == (space.n_variables,) and (t.n_obs > 0).all()
     idx_te, l_te, _ = sets["test"]

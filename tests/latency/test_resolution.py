@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 
 from aows_core import artifacts as io
-from aows_core.config import space_from_config, validate
+from aows_core.config import resolve, validate
 from aows_core.devices import get_device
 from aows_core.latency import metrics
 from aows_core.space import get_space
+from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
+from aows_core.training.loop import RunControl
 from stage_calls import fit_lut, sample, validate_lut
 
 FMNIST = get_space("mobilenet_v1_fmnist")
@@ -31,8 +33,8 @@ def _validated(tmp: Path, launch_floor: float) -> dict:
         "lut": {"smoothness": [0.0], "link_knots": [], "lambdas": [0.0, 0.01, 1.0]},
     })
     sample(cfg, tmp / "configs.parquet")
-    profile(space_from_config(cfg), "synth", cfg["devices"]["synth"], tmp / "configs.parquet", tmp / "lat.parquet",
-            tmp / "resume", cfg["profiling"], cfg["seed"], progress=False)
+    profile(ProfileJob.of(resolve(cfg), "synth"), tmp / "configs.parquet", tmp / "lat.parquet",
+            RunControl(tmp / "resume", progress=False))
     fit_lut(cfg, "synth", tmp / "lat.parquet", tmp / "lut.parquet", tmp / "fit.parquet")
     return validate_lut(cfg, "synth", tmp / "lat.parquet", tmp / "lut.parquet", tmp / "val.parquet",
                         tmp / "pred.parquet", tmp / "val.pdf")
@@ -112,19 +114,20 @@ def test_width_verdict_comes_before_the_others_with_its_own_words():
     rng = np.random.default_rng(0)
     pred = np.full(200, 10.0) * (1 + 0.002 * rng.standard_normal(200))
     flat = 10.0 * (1 + 0.02 * rng.standard_normal(200))
-    a = metrics.adequacy(pred, flat, 0.02, flat, span=1.03, device="gpu")
+    a = metrics.adequacy(pred, flat, metrics.SessionNoise(0.02, flat), span=1.03, device="gpu")
     assert a["verdict"] == "width_unresolved" and "devices.gpu.batch_size" in a["message"]
     gate = "the device was too noisy for this latency table: close other programs."
-    b = metrics.adequacy(pred, flat, 0.02, flat, noise_message=gate, span=1.03)
+    b = metrics.adequacy(pred, flat, metrics.SessionNoise(0.02, flat, gate), span=1.03)
     assert b["verdict"] == "width_unresolved" and gate not in b["message"]
     assert "will not make the widths visible" in b["message"]
-    c = metrics.adequacy(pred, flat, 0.02, flat, noise_message=gate, span=4.0)  # τ low, extremes 150 σ_n apart
+    c = metrics.adequacy(pred, flat, metrics.SessionNoise(0.02, flat, gate), span=4.0)  # τ low, extremes 150 σ_n apart
     assert c["verdict"] == "width_unresolved" and gate in c["message"] and c["unresolved_because"][0].startswith(
         "the table ranks")
     spread = rng.uniform(2.0, 8.0, 200)
-    d = metrics.adequacy(spread, spread * (1 + 0.02 * rng.standard_normal(200)), 0.02, spread, span=4.0)
+    d = metrics.adequacy(spread, spread * (1 + 0.02 * rng.standard_normal(200)), metrics.SessionNoise(0.02, spread),
+                         span=4.0)
     assert d["verdict"] == "at_noise" and d["width_resolved"]
-    e = metrics.adequacy(spread, spread * (1 + 0.02 * rng.standard_normal(200)), 0.02, spread, noise_message=gate,
+    e = metrics.adequacy(spread, spread * (1 + 0.02 * rng.standard_normal(200)), metrics.SessionNoise(0.02, spread, gate),
                          span=4.0)
     assert e["verdict"] == "too_noisy" and e["message"].startswith(gate)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aows_core.config import space_from_config, validate
+from aows_core.config import SamplingSettings, resolve, space_from_config, validate
 from aows_core.latency import fit, lut
 from aows_core.latency.metrics import latency_metrics
 from aows_core.latency.sampling import config_rows
@@ -46,7 +46,7 @@ def test_D_is_zero_on_linear_widths_and_sees_curvature(space):
 
 def _sets(space, truth, coverage, seed, noise=0.02):
     """Coverage-biased training networks, uniform lambda_val and test networks, timed on `truth` with noise."""
-    rows, _ = config_rows(space, seed, {"coverage": coverage, "lambda_val": 40, "test": 200, "anchors": True})
+    rows, _ = config_rows(space, seed, SamplingSettings(coverage=coverage, lambda_val=40, test=200, anchors=True))
     cols = {"role": ["sample"] * len(rows), "set": [r["set"] for r in rows], "channels": [r["channels"] for r in rows],
             "config_id": [r["config_id"] for r in rows]}
     idx = np.stack([space.indices(c) for c in cols["channels"]])
@@ -61,27 +61,27 @@ def test_mu_zero_is_the_papers_fit(space):
     A = lut.design_matrix(space, idx)
     V = lut.monotonicity_matrix(space)
     plain = fit.fit_osqp(A, l, V, [0.0, 0.1], space=space)
-    zero = fit.fit_osqp(A, l, V, [0.0, 0.1], space=space, D=lut.smoothness_matrix(space), mu=0.0)
+    zero = fit.fit_osqp(A, l, V, [0.0, 0.1], fit.Prior(D=lut.smoothness_matrix(space), mu=0.0), space=space)
     for a, b in zip(plain, zero):
         assert b.mu == 0.0 and np.allclose(a.x, b.x, rtol=1e-6, atol=1e-9)
-    smooth = fit.fit_osqp(A, l, V, [0.1], space=space, D=lut.smoothness_matrix(space), mu=10.0)[0]
+    smooth = fit.fit_osqp(A, l, V, [0.1], fit.Prior(D=lut.smoothness_matrix(space), mu=10.0), space=space)[0]
     D = lut.smoothness_matrix(space)
     assert smooth.mu == 10.0 and np.sum((D @ smooth.x) ** 2) < np.sum((D @ plain[1].x) ** 2)
     assert smooth.objective == pytest.approx(fit.objective(A, l, V, smooth.x, smooth.lam, fit._ridge_abs(A, 1e-6), D, 10.0))
     with pytest.raises(ValueError, match="smoothness weight"):
-        fit.fit_osqp(A, l, V, [0.1], space=space, D=D, mu=-1.0)
+        fit.fit_osqp(A, l, V, [0.1], fit.Prior(D=D, mu=-1.0), space=space)
 
 
 def test_a_smooth_device_is_recovered_from_fewer_networks(space):
     """Few noisy networks per variable: the grid picks μ > 0 on lambda_val and the held-out test error falls well
     below the paper's fit's; the test networks decide nothing."""
     sets = _sets(space, _bilinear(space, seed=4), 1, 2)
-    cfg = validate(RAW)["lut"]
+    cfg = resolve(validate(RAW)).lut
     errs = {}
     for grid in ([0.0], [0.0, 1.0, 10.0, 100.0]):
-        t = fit.fit_table(space, sets, {**cfg, "smoothness": grid, "link_knots": []})
+        t = fit.fit_table(space, sets, cfg.replace(smoothness=grid, link_knots=[]))
         idx, l, _ = sets["test"]
         errs[len(grid)] = latency_metrics(lut.predict(space, t.fit.x, idx), l)["nrmse"], t.fit.mu
-        assert len(t.rows) == len(grid) * len(cfg["lambdas"]) and sum(r["chosen"] for r in t.rows) == 1
+        assert len(t.rows) == len(grid) * len(cfg.lambdas) and sum(r["chosen"] for r in t.rows) == 1
     (paper, mu0), (smooth, mu) = errs[1], errs[4]
     assert mu0 == 0.0 and mu > 0.0 and smooth < 0.75 * paper

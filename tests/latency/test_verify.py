@@ -6,16 +6,18 @@ looks; its noise-free `true_latency` stands for a timing, so every property is e
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from aows_core.config import space_from_config, validate
+from aows_core.config import resolve, validate
 from aows_core.devices import get_device
 from aows_core.latency import fit, lut
 from aows_core.latency.sampling import config_rows
 from aows_core.latency.verify import refit_with, verify_decision
 from aows_core.search.decisions import decide
-from aows_core.search.targets import resolve_target
+from aows_core.search.targets import DeviceTable, resolve_target
 
 RAW = {"seed": 1, "space": {"resolution": 8, "n_choices": 3, "width_mult": 0.25},
        "devices": {"synth": {"backend": "synthetic", "noise": 0.0, "drift": 0.0, "nonadditive": 0.15}},
@@ -25,17 +27,18 @@ RAW = {"seed": 1, "space": {"resolution": 8, "n_choices": 3, "width_mult": 0.25}
 @pytest.fixture(scope="module")
 def table():
     """The space, the noise-free device, the training and λ-validation sets and the table fitted on them."""
-    cfg = validate(RAW)
-    cfg["lut"]["link_knots"] = []  # eq. lat's additive table: these tests are about verification (D36), not the link
-    space = space_from_config(cfg)
-    dev = get_device(cfg["devices"]["synth"], space, cfg["seed"])
-    rows, _ = config_rows(space, cfg["seed"], cfg["sampling"])
+    cfg = resolve(validate(RAW))
+    # eq. lat's additive table: these tests are about verification (D36), not the link
+    cfg = replace(cfg, lut=cfg.lut.replace(link_knots=[]))
+    space = cfg.space
+    dev = get_device(cfg.device("synth"), space, cfg.seed)
+    rows, _ = config_rows(space, cfg.seed, cfg.sampling)
     cols = {"role": ["sample"] * len(rows), "set": [r["set"] for r in rows], "channels": [r["channels"] for r in rows],
             "latency_ms": [dev.true_latency(r["channels"]) for r in rows], "config_id": [r["config_id"] for r in rows]}
     sets = lut.split_sets(space, cols)
-    chosen = fit.fit_table(space, sets, cfg["lut"]).fit
+    chosen = fit.fit_table(space, sets, cfg.lut).fit
     # refits keep the table's smoothness weight, as the verified decisions do (D38)
-    cfg = {**cfg, "lut": {**cfg["lut"], "smoothness": [chosen.mu]}}
+    cfg = replace(cfg, lut=cfg.lut.replace(smoothness=[chosen.mu]))
     return cfg, space, dev, sets, chosen.x
 
 
@@ -43,7 +46,7 @@ def _ows(space, target):
     """The decoder (eq. lagrange) under unaries where wider is better: it seeks the fastest-looking networks."""
     rng = np.random.default_rng(0)
     u = [(len(c) - np.arange(len(c))) * 0.1 + rng.normal(0, 0.02, len(c)) for c in space.choices]
-    return lambda x: decide(space, u, x, [target], method="ows", device="synth", unit="ms")[0]
+    return lambda x: decide(space, u, DeviceTable(x, "ms", device="synth"), [target], method="ows")[0]
 
 
 def _verify(table, target, **kw):
@@ -54,7 +57,7 @@ def _verify(table, target, **kw):
         timings.append(list(c))
         return dev.true_latency(c)
 
-    refit = lambda timed: refit_with(space, sets, timed, cfg["lut"], 20)  # noqa: E731
+    refit = lambda timed: refit_with(space, sets, timed, cfg.lut, 20)  # noqa: E731
     row, x, trace = verify_decision(_ows(space, target), time_network, refit, x0, **kw)
     return row, x, trace, timings
 
@@ -62,11 +65,11 @@ def _verify(table, target, **kw):
 def test_the_refit_honours_the_verified_network(table):
     """A network the additive table mispredicts by several percent is predicted within 1 % once it counts 20 times."""
     cfg, space, dev, sets, x0 = table
-    cands = [r["channels"] for r in config_rows(space, 5, {**cfg["sampling"], "coverage": 1})[0]][:40]
+    cands = [r["channels"] for r in config_rows(space, 5, cfg.sampling.replace(coverage=1))[0]][:40]
     errs = [lut.predict(space, x0, space.indices(c)) / dev.true_latency(c) - 1 for c in cands]
     worst = cands[int(np.argmax(np.abs(errs)))]
     assert abs(max(errs, key=abs)) > 0.03
-    x = refit_with(space, sets, {tuple(worst): dev.true_latency(worst)}, cfg["lut"], 20)
+    x = refit_with(space, sets, {tuple(worst): dev.true_latency(worst)}, cfg.lut, 20)
     assert abs(lut.predict(space, x, space.indices(worst)) / dev.true_latency(worst) - 1) < 0.01
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from aows_core.search.baselines import decide_greedy, decide_uniform, greedy_search, greedy_trim
 from aows_core.search.graph import space_latency_chain
-from aows_core.search.targets import check_feasible, latency_range, lut_tables
+from aows_core.search.targets import DeviceTable, check_feasible, latency_range, lut_tables
 from aows_core.search.results import InfeasibleTarget
 from aows_core.space import multiplier_configs as uniform_configs
 from aows_core.devices.flops import variable_macs
@@ -36,7 +36,7 @@ def test_uniform_decision_is_the_largest_multiplier_meeting_the_target(case):
     cands = uniform_configs(space)
     lats = [lat(space, x, c) for _, c in cands]
     for frac in (0.05, 0.3, 0.7, 1.0):
-        rows = decide_uniform(space, x, [f"range:{frac}"], device="flops", unit="MMAC")
+        rows = decide_uniform(space, DeviceTable(x, "MMAC", device="flops"), [f"range:{frac}"])
         (r,) = rows
         want = max(k for k, v in enumerate(lats) if v <= r["target_ms"] + 1e-12)
         assert r["channels"] == cands[want][1]
@@ -54,11 +54,11 @@ def test_greedy_decision_is_the_first_trajectory_point_meeting_the_target(case):
         idx[i] -= 1
         traj.append([c[j] for c, j in zip(space.layer_choices, idx)])
     lats = [lat(space, x, c) for c in traj]
-    (r,) = decide_greedy(space, traj, x, ["range:0.4"], device="flops", unit="MMAC")
+    (r,) = decide_greedy(space, traj, DeviceTable(x, "MMAC", device="flops"), ["range:0.4"])
     first = next(k for k, v in enumerate(lats) if v <= r["target_ms"])
     assert r["channels"] == traj[first] and r["method"] == "greedy"
     with pytest.raises(InfeasibleTarget, match="greedy trajectory"):
-        decide_greedy(space, traj[:3], x, ["range:0.1"], device="flops", unit="MMAC")
+        decide_greedy(space, traj[:3], DeviceTable(x, "MMAC", device="flops"), ["range:0.1"])
 
 
 class _Scorer:

@@ -6,13 +6,14 @@ import time
 import numpy as np
 import pytest
 
+from aows_core.config import AowsSettings
 from aows_core.latency.sampling import biased_configs, coverage_counts, coverage_lower_bound
 from aows_core.search.chain import Chain
 from aows_core.search.decisions import decide
 from aows_core.search.graph import MAX_STATES, SpaceChain, space_chain, space_latency_chain
 from aows_core.search.results import InfeasibleTarget
 from aows_core.search.sampler import AOWSSampler
-from aows_core.search.targets import check_feasible, latency_range, lut_tables
+from aows_core.search.targets import DeviceTable, check_feasible, latency_range, lut_tables
 from aows_core.space import Block, SearchSpace, Stage, Theta, build_space, get_space
 
 RESIDUAL_PRESETS = ("mobilenet_v2_fmnist", "resnet_fmnist", "mobilenet_v2_imagenet", "resnet18_imagenet",
@@ -357,7 +358,7 @@ def test_range_feasibility_decisions_and_sampler_on_a_residual_space():
     assert close(space_latency_chain(sp, tables).latency(sp.indices(fastest)), lo)
     with pytest.raises(InfeasibleTarget):
         check_feasible(f"{lo * 0.5:.6f}ms", sp, x, "ms", "cpu")
-    rows = decide(sp, u, x, ["range:0.4"], method="aows", device="cpu", unit="ms")
+    rows = decide(sp, u, DeviceTable(x, "ms", device="cpu"), ["range:0.4"], method="aows")
     t, ftol = lo + 0.4 * (hi - lo), space_chain(sp, u, tables).ftol
     assert close(rows[0]["objective"], bf.opt(t, ftol)) and rows[0]["predicted_latency_ms"] <= t + ftol
 
@@ -377,7 +378,7 @@ def test_aows_sampler_on_a_residual_space_draws_the_gibbs_marginals(mode):
     N, T = 20_000, 1.0
     for quantile, binding in ((0.2, True), (0.9, False)):
         target = float(np.quantile(bf.L, quantile))
-        s = AOWSSampler(sp, x, target, mode=mode, scale=1.0)
+        s = AOWSSampler(sp, x, target, AowsSettings(sampling=mode, temperature_scale=1.0))
         out = s.sample(u, T, N, np.random.default_rng(11))
         assert out.shape == (N, sp.n_nodes) and s.binding is binding and s.last["effective_temperature"] == T
         # γ maximises the dual: g(γ) = min_c Σδ + γ(L − L_T) when binding, min_c Σδ + γ'(L_T − L) at γ' = −γ if not

@@ -5,6 +5,7 @@ import pytest
 
 from aows_core import artifacts as io
 from aows_core.artifacts import read_unaries
+from aows_core.config import AowsSettings
 from aows_core.devices.flops import variable_macs
 from aows_core.search.chain import Chain
 from aows_core.search.results import InfeasibleTarget
@@ -222,7 +223,7 @@ def test_auto_scale_makes_t1_nearly_uniform_and_the_schedule_end_a_single_path(s
 def test_low_temperature_concentrates_on_the_lagrangian_minimiser(setting, mode):
     space, x, lo, hi, delta = setting
     target = lo + 0.4 * (hi - lo)
-    smp = AOWSSampler(space, x, target, mode=mode)
+    smp = AOWSSampler(space, x, target, AowsSettings(sampling=mode))
     rng = np.random.default_rng(6)
     out = smp.sample(delta, 1e-4, 4000, rng)
     g = smp.last["gamma"]
@@ -235,7 +236,7 @@ def test_low_temperature_concentrates_on_the_lagrangian_minimiser(setting, mode)
     else:
         assert (((out == lows) | (out == highs)).mean(0) >= 0.99).all()
     # with a target at the slowest network every network meets it: γ = 0 and the minimiser is unique here
-    smp0 = AOWSSampler(space, x, hi, mode=mode)
+    smp0 = AOWSSampler(space, x, hi, AowsSettings(sampling=mode))
     out0 = smp0.sample(delta, 1e-4, 2000, rng)
     assert smp0.last["gamma"] == 0.0
     assert ((out0 == smp0.decoded_path).all(1)).mean() >= 0.99
@@ -297,17 +298,17 @@ def test_slack_target_sampling_centres_on_the_target(setting):
     L_top = ch0.latency(ch0.unconstrained())
     target = L_top + 0.5 * (hi - L_top)
     rng = np.random.default_rng(12)
-    centred = AOWSSampler(space, x, target, scale=1.0)
+    centred = AOWSSampler(space, x, target, AowsSettings(temperature_scale=1.0))
     out = centred.sample(delta, 1e-3, 500, rng)
     assert centred.last["binding"] is False and centred.gamma < 0
     lat = ch0.latency(out)
     assert abs(lat.mean() / target - 1) < 0.15
-    literal = AOWSSampler(space, x, target, scale=1.0, unbound="optimum")
+    literal = AOWSSampler(space, x, target, AowsSettings(temperature_scale=1.0, unbound="optimum"))
     lat0 = ch0.latency(literal.sample(delta, 1e-3, 500, rng))
     assert literal.gamma == 0.0 and abs(lat0.mean() / L_top - 1) < 0.02
     assert literal.state_dict()["unbound"] == "optimum"
     with pytest.raises(ValueError, match="unbound"):
-        AOWSSampler(space, x, target, unbound="paper")
+        AOWSSampler(space, x, target, AowsSettings(unbound="paper"))
     other = AOWSSampler(space, x, target)
     with pytest.raises(ValueError, match="unbound"):
         other.load_state_dict(literal.state_dict())
@@ -329,7 +330,7 @@ def test_marginals_are_the_chain_marginals_at_t_times_s_and_uniform_at_high_t(se
 
 def test_refresh_policy_and_state(setting):
     space, x, lo, hi, delta = setting
-    smp = AOWSSampler(space, x, lo + 0.5 * (hi - lo), refresh=3, scale=0.5)
+    smp = AOWSSampler(space, x, lo + 0.5 * (hi - lo), AowsSettings(temperature_scale=0.5), refresh=3)
     rng = np.random.default_rng(7)
     seen = []
     for k in range(6):
@@ -339,7 +340,7 @@ def test_refresh_policy_and_state(setting):
     assert [r for r, _, _ in seen] == [True, False, False, True, False, False]
     assert seen[0][1] == seen[1][1] == seen[2][1] != seen[3][1]
     assert all(s == 0.5 for _, _, s in seen)
-    other = AOWSSampler(space, x, lo + 0.5 * (hi - lo), refresh=3, scale=0.5)
+    other = AOWSSampler(space, x, lo + 0.5 * (hi - lo), AowsSettings(temperature_scale=0.5), refresh=3)
     other.load_state_dict(smp.state_dict())
     assert other.step == 6 and other.gamma == smp.gamma
 
@@ -349,14 +350,14 @@ def test_unvisited_policies_and_infeasible_target(setting):
     d = [a.copy() for a in delta]
     d[1][-1] = np.nan  # never visited
     rng = np.random.default_rng(8)
-    ex = AOWSSampler(space, x, hi, policy="exclude").sample(d, 10.0, 2000, rng)
+    ex = AOWSSampler(space, x, hi, AowsSettings(unvisited="exclude")).sample(d, 10.0, 2000, rng)
     assert not (ex[:, 2] == len(d[1]) - 1).any()
-    pes = AOWSSampler(space, x, hi, policy="pessimistic").sample(d, 10.0, 2000, rng)
+    pes = AOWSSampler(space, x, hi, AowsSettings(unvisited="pessimistic")).sample(d, 10.0, 2000, rng)
     assert (pes[:, 2] == len(d[1]) - 1).any()
     with pytest.raises(InfeasibleTarget):
         AOWSSampler(space, x, lo * 0.5)
     with pytest.raises(ValueError, match="mode"):
-        AOWSSampler(space, x, hi, mode="product")
+        AOWSSampler(space, x, hi, AowsSettings(sampling="product"))
 
 
 # ---- D26: the additive least-squares fit of the frozen-weight estimate ------------------------------

@@ -8,13 +8,15 @@ import pytest
 from aows_core import artifacts as io
 from aows_core.latency import lut
 from aows_core.cli import main
-from aows_core.config import ConfigError, space_from_config, validate
+from aows_core.config import ConfigError, ProfilingSettings, space_from_config, validate
 from aows_core.devices import get_device
 from aows_core.latency.protocol import MeasureError
 from aows_core.latency.protocol import measure_plan as plan
 from aows_core.artifacts import read_lut
 from aows_core.latency.protocol import reference_config
+from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
+from aows_core.training.loop import RunControl
 from stage_calls import decide_baseline, fit_lut, measure, sample
 
 RAW = {
@@ -38,8 +40,8 @@ def run(tmp_path_factory):
     sample(cfg, d / "configs.parquet")
     decisions = {}
     for dev in ("synth", "flops"):
-        profile(space, dev, cfg["devices"][dev], d / "configs.parquet", d / f"{dev}.parquet", d / "resume",
-                cfg["profiling"], cfg["seed"], progress=False)
+        job = ProfileJob(space, dev, cfg["devices"][dev], ProfilingSettings.from_mapping(cfg["profiling"]), cfg["seed"])
+        profile(job, d / "configs.parquet", d / f"{dev}.parquet", RunControl(d / "resume", progress=False))
         fit_lut(cfg, dev, d / f"{dev}.parquet", d / f"{dev}_lut.parquet", d / f"{dev}_fit.parquet")
         paths = []
         for t in ("range:0.3", "range:0.7"):

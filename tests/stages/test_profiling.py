@@ -12,15 +12,17 @@ import numpy as np
 import pytest
 
 from aows_core import artifacts as io
-from aows_core.config import validate
+from aows_core.config import ProfilingSettings
 from aows_core.latency.protocol import profile_plan as plan
 from aows_core.latency.protocol import reference_config
+from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
+from aows_core.training.loop import RunControl
 from conftest import write_uniform_configs
 
 
 def protocol(**kw):
-    return {**validate({})["profiling"], **kw}
+    return ProfilingSettings(**kw)
 
 
 SYNTH = {"backend": "synthetic", "batch_size": 1, "threads": 1, "noise": 0.01, "drift": 0.3, "nonadditive": 0.0}
@@ -45,10 +47,8 @@ def test_plan_orders_samples_then_retests(tiny_space, tmp_path):
 
 
 def _run(space, tmp_path, name="synthetic", stop_after=None, resume="resume", p=None):
-    return profile(
-        space, name, SYNTH, tmp_path / "c.parquet", tmp_path / f"{name}.parquet", tmp_path / resume,
-        p or protocol(retest=10, repeats=5), seed=1, progress=False, stop_after=stop_after,
-    )
+    return profile(ProfileJob(space, name, SYNTH, p or protocol(retest=10, repeats=5), seed=1),
+                   tmp_path / "c.parquet", tmp_path / f"{name}.parquet", RunControl(tmp_path / resume, False, stop_after))
 
 
 KEYS = ["job", "role", "config_id", "channels", "latency_ms_raw", "latency_ms", "drift_factor", "median_ms"]
@@ -146,8 +146,8 @@ def test_configs_from_another_space_are_refused(tiny_space, tmp_path):
 
     write_uniform_configs(tiny_space, tmp_path / "c.parquet")
     with pytest.raises(io.ArtifactError, match="sampled from space 'tiny'"):
-        profile(get_space("mobilenet_v1_fmnist"), "x", SYNTH, tmp_path / "c.parquet", tmp_path / "o.parquet",
-                tmp_path / "r", protocol(), 0, progress=False)
+        profile(ProfileJob(get_space("mobilenet_v1_fmnist"), "x", SYNTH, protocol(), 0), tmp_path / "c.parquet",
+                tmp_path / "o.parquet", RunControl(tmp_path / "r", progress=False))
 
 
 @pytest.mark.slow

@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 
 from aows_core import artifacts as io
-from aows_core.config import space_from_config, validate
+from aows_core.config import ProfilingSettings, space_from_config, validate
 from aows_core.devices import get_device
+from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
+from aows_core.training.loop import RunControl
 from stage_calls import fit_lut, sample, validate_lut
 
 
@@ -25,8 +27,8 @@ def run(tmp_path_factory):
     )
     sample(cfg, d / "configs.parquet")
     space = space_from_config(cfg)
-    profile(space, "synth", cfg["devices"]["synth"], d / "configs.parquet", d / "lat.parquet", d / "resume",
-            cfg["profiling"], cfg["seed"], progress=False)
+    profile(ProfileJob(space, "synth", cfg["devices"]["synth"], ProfilingSettings.from_mapping(cfg["profiling"]),
+                       cfg["seed"]), d / "configs.parquet", d / "lat.parquet", RunControl(d / "resume", progress=False))
     fit_lut(cfg, "synth", d / "lat.parquet", d / "lut.parquet", d / "fit.parquet")
     val = validate_lut(cfg, "synth", d / "lat.parquet", d / "lut.parquet", d / "val.parquet", d / "pred.parquet",
                        d / "val.pdf")

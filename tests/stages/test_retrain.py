@@ -144,15 +144,17 @@ def test_the_run_id_keys_settings_and_seed_but_not_the_process_count():
     from aows_core.training.retrain import run_id
 
     cfg = validate({**CFG, "seed": 3})
-    base = settings_hash({"settings": resume_settings(cfg, "retrain"), "channels": [8, 16]})
-    assert run_id(cfg, [8, 16]) == run_id(cfg, [8, 16], 3) == base
+    resume = resume_settings(cfg, "retrain")
+    base = settings_hash({"settings": resume, "channels": [8, 16]})
+    assert run_id(resume, [8, 16]) == run_id(resume, [8, 16], 3) == base
     two = validate({**CFG, "seed": 3, "retrain": {**CFG.get("retrain", {}), "processes": 2}})
-    assert run_id(two, [8, 16]) == base and "processes" not in resume_settings(two, "retrain")["retrain"]
+    assert run_id(resume_settings(two, "retrain"), [8, 16]) == base
+    assert "processes" not in resume_settings(two, "retrain")["retrain"]
     longer = validate({**CFG, "seed": 3, "retrain": {**CFG.get("retrain", {}), "epochs": 7}})
-    assert run_id(longer, [8, 16]) != base
+    assert run_id(resume_settings(longer, "retrain"), [8, 16]) != base
     # another seed: neither the config's run nor the run that split its data by that seed
     own4 = settings_hash({"settings": resume_settings({**cfg, "seed": 4}, "retrain"), "channels": [8, 16]})
-    assert run_id(cfg, [8, 16], 4) not in (base, own4)
+    assert run_id(resume, [8, 16], 4) not in (base, own4)
 
 
 def test_network_names_round_trip_and_bad_ones_are_refused():

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from aows_core import artifacts as io
-from aows_core.config import space_from_config, validate
+from aows_core.config import ProfilingSettings, space_from_config, validate
 from aows_core.latency.protocol import MeasureError
 from aows_core.stages import decode as decode_stage
+from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
+from aows_core.training.loop import RunControl
 from stage_calls import decide_baseline, decode, fit_lut, measure, sample
 
 RAW = {
@@ -45,8 +47,8 @@ def run(tmp_path_factory):
     sample(cfg, d / "configs.parquet")
     _unaries(space, d / "u.parquet")
     for dev in ("synth", "flops"):
-        profile(space, dev, cfg["devices"][dev], d / "configs.parquet", d / f"{dev}.parquet", d / "resume",
-                cfg["profiling"], cfg["seed"], progress=False)
+        job = ProfileJob(space, dev, cfg["devices"][dev], ProfilingSettings.from_mapping(cfg["profiling"]), cfg["seed"])
+        profile(job, d / "configs.parquet", d / f"{dev}.parquet", RunControl(d / "resume", progress=False))
         fit_lut(cfg, dev, d / f"{dev}.parquet", d / f"{dev}_lut.parquet", d / f"{dev}_fit.parquet")
     args = (d / "u.parquet", d / "synth_lut.parquet", TARGETS)
     decode(cfg, "synth", "ows", *args, d / "verified.parquet", latency=d / "synth.parquet")

@@ -17,7 +17,7 @@ from aows_core.nets.sandwich import NonFiniteLoss, SandwichResult
 from aows_core.search.unaries import EpochUnaries, WindowUnaries
 from aows_core.training import distributed
 from aows_core.training.distributed import DeferredUnaries, update_unaries
-from aows_core.training.supernet import EpochAccumulator
+from aows_core.training.supernet import EpochAccumulator, EpochSums
 from stage_calls import train_supernet
 
 TINY = {
@@ -86,14 +86,14 @@ def test_a_nonfinite_step_raises_from_whichever_reads_it_first():
     acc.add(good.record(), 6, 0.1, None)
     acc.add(_result(rng, bad=True, skip=True).record(), 6, 0.1, None)
     row = acc.row(0, "uniform")
-    assert row["steps"] == 2 and acc.skipped == 1 and row["loss_max"] == pytest.approx(good.loss_max)
+    assert row["steps"] == 2 and acc.sums.skipped == 1 and row["loss_max"] == pytest.approx(good.loss_max)
 
 
 def test_the_epoch_sums_are_the_old_per_step_float_sums():
     """EpochAccumulator read at the end sums what the old one summed per step, in the same order, to the bit."""
     rng = np.random.default_rng(2)
     results = [_result(rng, R=3) for _ in range(9)]
-    acc = EpochAccumulator(steps=4, loss_max=1.5, loss_random=0.25, acc=2.0)
+    acc = EpochAccumulator(EpochSums(steps=4, loss_max=1.5, loss_random=0.25, acc=2.0))
     old = {"loss_max": 1.5, "loss_min": 0.0, "loss_random": 0.25, "acc": 2.0}
     for k, res in enumerate(results):
         acc.add(res.record(), 6, 0.5, None)
@@ -105,7 +105,7 @@ def test_the_epoch_sums_are_the_old_per_step_float_sums():
             acc.state()  # a checkpoint in the middle
     state = acc.state()
     assert {k: state[k] for k in old} == old and state["steps"] == 13
-    restored = EpochAccumulator(**state)
+    restored = EpochAccumulator.from_state(state)
     assert restored.row(0, "uniform") == acc.row(0, "uniform")
 
 
@@ -183,13 +183,17 @@ def test_cublas_workspace_is_set_before_the_process_group_touches_cuda(monkeypat
 
 
 def _retrain(cfg, tmp_path, name):
-    from aows_core.data import data_spec, load_splits
+    from aows_core.config import resolve, resume_settings
+    from aows_core.data import load_splits
     from aows_core.training.accelerator import accelerator
-    from aows_core.training.retrain import train_network
+    from aows_core.training.loop import RunControl
+    from aows_core.training.retrain import RetrainJob, run_id, train_network
 
-    space = space_from_config(cfg)
-    splits = load_splits(data_spec(cfg, "retrain"))
-    return train_network(cfg, space, space.max_config, splits, tmp_path / name, accelerator(cfg), progress=False)
+    s = resolve(cfg)
+    space, channels = s.space, tuple(s.space.max_config)
+    splits = load_splits(s.data_spec("retrain"))
+    job = RetrainJob(channels, s.seed, run_id(resume_settings(cfg, "retrain"), channels))
+    return train_network(s.retrain, space, job, splits, accelerator(s.train), RunControl(tmp_path / name, False))
 
 
 def test_retraining_on_the_device_path_run_on_the_cpu_is_the_same_and_refuses_nan(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from aows_core import artifacts as io
-from aows_core.config import data_spec, net_key, space_from_config, validate
+from aows_core.config import net_key, space_from_config, validate
 from aows_core.data import load_splits, shard_bounds as _shard
 from aows_core.nets.network import Network
 from aows_core.nets.supernet import Supernet
@@ -270,21 +270,25 @@ class _Recording:
 def _retrain(rank: int, world: int, resume: str, stop_after: int | None = None, micro_batch: int | None = None,
              sync_bn: bool = False):
     """`train_network` of the min network in this rank's place; the result and the batches it read."""
-    from aows_core.training.retrain import train_network
+    from aows_core.config import resolve, resume_settings
+    from aows_core.training.loop import RunControl
+    from aows_core.training.retrain import RetrainJob, run_id, train_network
 
     cfg = validate({**RETRAIN, "retrain": {**RETRAIN["retrain"], "micro_batch": micro_batch, "sync_bn": sync_bn}})
-    space = space_from_config(cfg)
-    splits = _Recording(load_splits(data_spec(cfg, "retrain")))
-    res = train_network(cfg, space, space.min_config, splits, resume, Accelerator(torch.device("cpu"), "fp32"),
-                        progress=False, stop_after=stop_after, ddp=Dist(rank, world))
+    s = resolve(cfg)
+    space, channels = s.space, tuple(s.space.min_config)
+    splits = _Recording(load_splits(s.data_spec("retrain")))
+    job = RetrainJob(channels, s.seed, run_id(resume_settings(cfg, "retrain"), channels))
+    res = train_network(s.retrain, space, job, splits, Accelerator(torch.device("cpu"), "fp32"),
+                        RunControl(resume, False, stop_after), ddp=Dist(rank, world))
     return res, splits.seen
 
 
 def _retrain_worker(rank: int, world: int, path: str) -> None:
     """Uninterrupted, and stopped after 2 steps then resumed; the weights, final loss and batches of each."""
-    from aows_core.nets import mobilenet
+    from aows_core.nets import network
 
-    mobilenet.Network = _FrozenBN  # this spawned process's copy of the module
+    network.Network = _FrozenBN  # this spawned process's copy of the module
     dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous", rank=rank, world_size=world)
     try:
         full, seen = _retrain(rank, world, f"{path}/resume_full")
@@ -303,10 +307,10 @@ def _retrain_worker(rank: int, world: int, path: str) -> None:
 
 
 def test_two_process_retraining_sees_the_global_batches_and_reaches_the_one_process_weights(tmp_path, monkeypatch):
-    from aows_core.nets import mobilenet
+    from aows_core.nets import network
 
     mp.spawn(_retrain_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
-    monkeypatch.setattr(mobilenet, "Network", _FrozenBN)
+    monkeypatch.setattr(network, "Network", _FrozenBN)
     one, seen = _retrain(0, 1, str(tmp_path / "resume_one"))
     ranks = [torch.load(tmp_path / f"retrain{r}.pt") for r in (0, 1)]
     assert len(seen) == 4 and all(len(r["y"]) == 4 for r in ranks)  # 128 images, batches of 32
@@ -367,7 +371,7 @@ def test_two_process_retraining_with_synchronised_batch_norm_takes_the_one_proce
 def test_micro_batches_accumulate_the_whole_batch_gradient(tmp_path, monkeypatch):
     """retrain.micro_batch: chunks of a batch accumulate to its gradient (frozen BN: within float rounding), and
     unset it is one pass; the chunks cover the batch in near-equal parts."""
-    from aows_core.nets import mobilenet
+    from aows_core.nets import network
     from aows_core.training.retrain import micro_batches
 
     assert micro_batches(32, None) == [(0, 32)] and micro_batches(32, 64) == [(0, 32)]
@@ -380,7 +384,7 @@ def test_micro_batches_accumulate_the_whole_batch_gradient(tmp_path, monkeypatch
             type(self).forwards += 1
             return super().forward(x)
 
-    monkeypatch.setattr(mobilenet, "Network", Counting)
+    monkeypatch.setattr(network, "Network", Counting)
     whole, _ = _retrain(0, 1, str(tmp_path / "whole"))
     assert Counting.forwards == 4  # 128 images, batches of 32
     parts, _ = _retrain(0, 1, str(tmp_path / "parts"), micro_batch=10)

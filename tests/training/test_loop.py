@@ -3,7 +3,7 @@
 import torch
 
 from aows_core.artifacts.resume import clear_resume, load_resume, save_resume
-from aows_core.training.loop import Position, progress_bar, run_epochs
+from aows_core.training.loop import Hooks, Position, Schedule, progress_bar, run_epochs
 
 
 def _run(pos, log, stop_after=None, epochs=2, steps=5, every=2):
@@ -14,10 +14,9 @@ def _run(pos, log, stop_after=None, epochs=2, steps=5, every=2):
         log.append(("step", pos.epoch, pos.step, x, y))
         return {"s": str(pos.step)}
 
-    return run_epochs(pos, epochs=epochs, steps=steps, batches=batches, step=step,
-                      end_epoch=lambda e: log.append(("end", e)), save=lambda: log.append(("save", pos.epoch, pos.step)),
-                      checkpoint_every=every, stop_after=stop_after, bar=progress_bar(False),
-                      start_epoch=lambda e: log.append(("start", e)))
+    hooks = Hooks(batches=batches, step=step, end_epoch=lambda e: log.append(("end", e)),
+                  save=lambda: log.append(("save", pos.epoch, pos.step)), start_epoch=lambda e: log.append(("start", e)))
+    return run_epochs(pos, Schedule(epochs, steps, every, stop_after), hooks, progress_bar(False))
 
 
 def test_a_stopped_and_resumed_loop_takes_the_uninterrupted_steps():

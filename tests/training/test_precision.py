@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from aows_core import artifacts as io
 from aows_core.config import STAGE_SECTIONS, ConfigError, net_key, settings_hash, space_from_config, stage_settings
-from aows_core.config import validate
+from aows_core.config import TrainSettings, resolve, validate
 from aows_core.nets.sandwich import sandwich_step
 from aows_core.nets.batchnorm import MaskedBatchNorm
 from aows_core.nets.supernet import Supernet
@@ -52,7 +52,7 @@ def test_auto_is_cuda_only_where_torch_sees_it(monkeypatch):
 def test_cuda_without_cuda_is_refused_naming_the_key_and_the_fix(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError, match=r"train\.device: cuda.*set train\.device: auto .* or cpu"):
-        accelerator(validate({"train": {"device": "cuda"}}))
+        accelerator(TrainSettings(device="cuda"))
 
 
 def test_fp16_on_the_cpu_is_refused_naming_the_key_and_the_fix(monkeypatch):
@@ -62,7 +62,7 @@ def test_fp16_on_the_cpu_is_refused_naming_the_key_and_the_fix(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cfg = validate({"train": {"precision": "fp16"}})  # auto: a valid config, for GPU machines
     with pytest.raises(ConfigError, match=needle):  # and refused where auto resolves to the CPU
-        accelerator(cfg)
+        accelerator(resolve(cfg).train)
     with pytest.raises(ConfigError, match=r"train\.precision: fp16 with supernet\.processes = 2 is not supported"):
         validate({"train": {"precision": "fp16"}, "supernet": {"processes": 2}})
 
@@ -277,9 +277,9 @@ def test_deterministic_makes_cuda_deterministic_and_leaves_the_cpu_alone(monkeyp
     monkeypatch.setattr(torch, "use_deterministic_algorithms", lambda on: calls.append(on))
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    on = validate({"train": {"deterministic": True}})
+    on = TrainSettings(deterministic=True)
     assert accelerator(on, torch.device("cpu")).device.type == "cpu" and calls == []
-    accelerator(validate({}), torch.device("cuda", 0))
+    accelerator(TrainSettings(), torch.device("cuda", 0))
     assert calls == [] and torch.backends.cudnn.benchmark
     assert accelerator(on, torch.device("cuda", 0)).device == torch.device("cuda", 0)
     assert calls == [True] and not torch.backends.cudnn.benchmark
