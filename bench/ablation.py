@@ -182,7 +182,7 @@ def finalists(run: Path, device: str, rounds: int) -> None:
         per.setdefault(r["network"], []).append(r["latency_ms"])
     measured = {n: float(np.median(per[k])) for k, n in enumerate(nets)}
     counts = {"verified": 0, "unverified": 0}
-    print(f"| finalist | unverified pred / measured | verified pred / measured |")
+    print("| finalist | unverified pred / measured | verified pred / measured |")
     print("|---|---|---|")
     for d in decided:
         cells = []

@@ -39,8 +39,8 @@ def one_run(config: dict, run: Path, device: str, target: str, threads: int, out
     link = Link.from_meta(meta)
     value = resolve_target(target, space, x, meta["unit_short"], link)
     W = int(config["aows"]["warmup_epochs"])
-    job = SupernetJob(settings_hash(resume_settings(config, "train_aows")), "aows", device, target,
-                      make_sampler(settings, x, link.inverse(value)),
+    sampler = make_sampler(settings, x, link.inverse(value))
+    job = SupernetJob(settings_hash(resume_settings(config, "train_aows")), "aows", device, target, sampler,
                       run / f"results/supernet/ows/checkpoints/after_{W}.pt", value)
     t0 = time.perf_counter()
     res = train_supernet(settings, out / "out", job, RunControl(out / "resume", progress=False))

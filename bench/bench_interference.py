@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from latency_session import bench_config, latency_session
 
 from aows_core.stages import sample
-from latency_session import bench_config, latency_session
 
 
 def _load(core: int, seed: int, stop, kind: str = "loaded") -> None:

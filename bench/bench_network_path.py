@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         p.stdin.close()
         p.wait()
     rows = {}
-    print(f"| operation | baseline ms [IQR] | current ms [IQR] | current ÷ baseline [IQR of rounds] |\n|---|---|---|---|")
+    print("| operation | baseline ms [IQR] | current ms [IQR] | current ÷ baseline [IQR of rounds] |\n|---|---|---|---|")
     for op in OPS:
         b, c = np.array(times[op]["baseline"]) * 1e3, np.array(times[op]["current"]) * 1e3
         ratio = c / b

@@ -16,10 +16,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from latency_session import bench_config, latency_session
 
 from aows_core import artifacts as io
 from aows_core.stages import sample
-from latency_session import bench_config, latency_session
 
 
 def session(cfg: dict, level: str, d: Path) -> dict:

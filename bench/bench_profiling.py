@@ -15,10 +15,10 @@ import numpy as np
 
 from aows_core import artifacts as io
 from aows_core.config import ProfilingSettings, validate
+from aows_core.space import get_space
 from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
 from aows_core.training.loop import RunControl
-from aows_core.space import get_space
 
 
 def main() -> None:

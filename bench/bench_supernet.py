@@ -29,10 +29,10 @@ import torch.nn.functional as F
 
 from aows_core.config import AowsSettings
 from aows_core.nets.network import Network
-from aows_core.space import get_space
 from aows_core.nets.sandwich import sandwich_step
 from aows_core.nets.supernet import Supernet
 from aows_core.nets.widths import widths_tensor
+from aows_core.space import get_space
 
 
 def stats(ts: list[float]) -> dict:
@@ -115,10 +115,10 @@ def section_b(space, B, channels_last, reps, warmup, seed):
 
 
 def section_c(space, B, reps, seed):
+    from aows_core.devices.flops import variable_macs
     from aows_core.search.sampler import AOWSSampler
     from aows_core.search.sampler import uniform_paths as uniform_configs
     from aows_core.search.targets import latency_range
-    from aows_core.devices.flops import variable_macs
     from aows_core.search.unaries import WindowUnaries
 
     rng = np.random.default_rng(seed)

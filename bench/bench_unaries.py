@@ -29,14 +29,14 @@ from aows_core import artifacts
 from aows_core.artifacts.readers import node_deltas
 from aows_core.config import data_spec, load, space_from_config
 from aows_core.data import first_images, load_splits
+from aows_core.nets.estimation import frozen_differences
 from aows_core.nets.supernet import Supernet
 from aows_core.nets.widths import widths_tensor
 from aows_core.search.sampler import uniform_layer_indices
 from aows_core.search.unaries import fit_additive, width_signal
-from aows_core.nets.estimation import frozen_differences
 from aows_core.stages._supernet import supernet_scorer
-from aows_core.training.accelerator import Accelerator
 from aows_core.stages.proxy import unaries_check
+from aows_core.training.accelerator import Accelerator
 
 
 def training_unaries(path: Path, space):

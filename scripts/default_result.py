@@ -220,7 +220,7 @@ def apply(text: str, parts: dict[str, str]) -> str:
         if not pattern.search(text):
             raise ResultError(f"README.md has no `<!-- {name}:start -->` … `<!-- {name}:end -->` markers")
         inner = f"\n{body}\n" if BLOCKS[name] == "block" else body
-        text = pattern.sub(lambda m: m.group(1) + inner + m.group(2), text)
+        text = pattern.sub(lambda m, inner=inner: m.group(1) + inner + m.group(2), text)
     return text
 
 

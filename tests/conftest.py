@@ -10,10 +10,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
+from tiny_workflow import pareto_run, tiny_run  # noqa: F401 (the workflow tests' session fixtures)
 
 from aows_core import artifacts as io
 from aows_core.space import mobilenet_v1_space
-from tiny_workflow import pareto_run, tiny_run  # noqa: F401 (the workflow tests' session fixtures)
 
 # The tests check properties, not speed: under pytest-xdist the cores are shared, and hypothesis's default
 # 200 ms deadline per example would fail a correct example that waited for a core.

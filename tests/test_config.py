@@ -5,8 +5,7 @@ import json
 import pytest
 import yaml
 
-from aows_core.config import ConfigError, load, settings_hash, stage_settings, validate
-from aows_core.config import SCHEMA_PATH
+from aows_core.config import SCHEMA_PATH, ConfigError, load, settings_hash, stage_settings, validate
 
 
 def test_every_schema_property_has_description_and_default():
@@ -159,6 +158,7 @@ def test_augmentation_is_set_per_training_stage():
     from dataclasses import replace
 
     import torch
+
     from aows_core.config import data_spec
     from aows_core.data import load_splits
 

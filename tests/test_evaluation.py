@@ -5,8 +5,16 @@ import math
 import numpy as np
 import pytest
 
-from aows_core.evaluation import (join_results, kendall_within, method_comparison, proxy_rows, ranking_reliability,
-                                  t_interval, training_rows, wilson_interval)
+from aows_core.evaluation import (
+    join_results,
+    kendall_within,
+    method_comparison,
+    proxy_rows,
+    ranking_reliability,
+    t_interval,
+    training_rows,
+    wilson_interval,
+)
 
 
 def _measure(method, target, ms):

@@ -42,12 +42,40 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # the same names, for type checkers and editors
     from .atomic import atomic_write, copy_file, save_figure, save_onnx, write_json, write_text  # noqa: F401
     from .journal import Journal  # noqa: F401
-    from .parquet import (ArtifactError, check_writable, inspect, notice, provenance, read_table,  # noqa: F401
-                          write_records, write_table)
-    from .readers import (DEVICE_WORDING, SPACE_WORDING, decision_channels, read_by_finalist, read_configs,  # noqa: F401
-                          read_decision, read_decisions, read_latency, read_lut, read_trajectory, read_unaries,
-                          require_fitted_on,
-                          require_device, require_space, write_decisions)
+    from .parquet import (  # noqa: F401
+        ArtifactError,
+        check_writable,
+        inspect,
+        notice,
+        provenance,
+        read_table,
+        write_records,
+        write_table,
+    )
+    from .readers import (  # noqa: F401
+        DEVICE_WORDING,
+        SPACE_WORDING,
+        decision_channels,
+        read_by_finalist,
+        read_configs,
+        read_decision,
+        read_decisions,
+        read_latency,
+        read_lut,
+        read_trajectory,
+        read_unaries,
+        require_device,
+        require_fitted_on,
+        require_space,
+        write_decisions,
+    )
     from .schemas import CHANNELS, META_KEY, SCHEMAS  # noqa: F401
-    from .torchfiles import (current_names, load_torch, read_epoch_checkpoint, read_network,  # noqa: F401
-                             read_supernet_state, save_torch, to_cpu)
+    from .torchfiles import (  # noqa: F401
+        current_names,
+        load_torch,
+        read_epoch_checkpoint,
+        read_network,
+        read_supernet_state,
+        save_torch,
+        to_cpu,
+    )

@@ -30,8 +30,18 @@ import torch
 import torch.nn.functional as F
 
 from ..config import DataError, DataSpec
-from .datasets import (MEAN_STD, PAD, DatasetInfo, _cifar_arrays, _cifar_info, _fmnist_arrays, _fmnist_info,
-                       _imagefolder_info, _imagefolder_pair, dataset_info)
+from .datasets import (
+    MEAN_STD,
+    PAD,
+    DatasetInfo,
+    _cifar_arrays,
+    _cifar_info,
+    _fmnist_arrays,
+    _fmnist_info,
+    _imagefolder_info,
+    _imagefolder_pair,
+    dataset_info,
+)
 
 # Tags separating the random streams derived from the one seed.
 _SPLIT, _SHUFFLE, _AUGMENT, _CALIBRATION = 0x5EED01, 0x5EED02, 0x5EED03, 0x5EED04

@@ -26,8 +26,17 @@ import numpy as np
 from ..nets import TIMING_WEIGHT_STD, WEIGHT_ALIGN
 from ..nets.onnx import INPUT, IR_VERSION, OPSET, OUTPUT, _io, _model, edge_graph, onnx_from_weights, param_shapes  # noqa: F401 (re-exported)
 from ..space import SearchSpace
-from .base import (INTER_OP_THREADS, THREADS, Device, Setting, Timer, host_fingerprint, register, timed_loop,
-                   usable_cores)
+from .base import (
+    INTER_OP_THREADS,
+    THREADS,
+    Device,
+    Setting,
+    Timer,
+    host_fingerprint,
+    register,
+    timed_loop,
+    usable_cores,
+)
 
 GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
 TIMING_FORM = "deploy(bn-folded)/onnx-opset17/external-initializers/iobinding/v2"

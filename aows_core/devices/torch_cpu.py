@@ -16,8 +16,17 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..space import SearchSpace
-from .base import (INTER_OP_THREADS, THREADS, Device, Setting, Timer, host_fingerprint, register, timed_loop,
-                   usable_cores)
+from .base import (
+    INTER_OP_THREADS,
+    THREADS,
+    Device,
+    Setting,
+    Timer,
+    host_fingerprint,
+    register,
+    timed_loop,
+    usable_cores,
+)
 
 # Bump when the timed form changes (module structure, input, protocol inside `measure`).
 TIMING_FORM = "deploy(bn-folded, relu-inplace, mean-pool)/kind-units/eager/inference_mode/v2"

@@ -18,6 +18,17 @@ ACTIVATIONS = ("relu", "relu6")
 
 
 @dataclass(frozen=True)
+class ConvShape:
+    """A k×k convolution padded by k // 2: c_in → c_out channels, its stride and groups (depthwise: groups = c)."""
+
+    c_in: int
+    c_out: int
+    k: int = 1
+    stride: int = 1
+    groups: int = 1
+
+
+@dataclass(frozen=True)
 class Pass:
     """One supernet pass as a kind's `forward` sees it: the width computed at every node (nodes 0..n) and the
     normalisation `norm(z, bn, node, act)` → BN of z as node `node`'s channels, activated if `act` (masked per

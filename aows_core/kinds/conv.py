@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from .base import LayerKind, Pass, register
+from .base import ConvShape, LayerKind, Pass, register
 
 
 def _conv_hw(t: Any) -> tuple[int, int]:
@@ -43,7 +43,8 @@ class Conv(LayerKind):
                device: Any = None) -> Any:
         from .units import Unit
 
-        return Unit(c_in, c_out, t.kernel, t.stride, 1, norm, act if self.activated else None, self.pooled, device)
+        return Unit(ConvShape(c_in, c_out, t.kernel, t.stride), norm, act if self.activated else None, self.pooled,
+                    device)
 
     def forward(self, mod: Any, xs: Sequence[Any], src: int, dst: int, p: Pass) -> Any:
         from .units import unit_forward
@@ -51,7 +52,8 @@ class Conv(LayerKind):
         return unit_forward(mod, xs[0], p.width(dst), 1, dst, p)
 
     def onnx(self, g: Any, t: Any, xs: Sequence[str], out: str, path: str, c_in: int, c_out: int) -> None:
-        g.conv_unit(xs[0], path, c_in, c_out, t.kernel, t.stride, 1, out, act=self.activated, pool=self.pooled)
+        g.conv_unit(xs[0], out, path, ConvShape(c_in, c_out, t.kernel, t.stride), act=self.activated,
+                    pool=self.pooled)
 
 
 @register
@@ -97,7 +99,7 @@ class Depthwise(LayerKind):
                device: Any = None) -> Any:
         from .units import Unit
 
-        return Unit(c_in, c_in, t.kernel, t.stride, c_in, norm, act, device=device)
+        return Unit(ConvShape(c_in, c_in, t.kernel, t.stride, c_in), norm, act, device=device)
 
     def forward(self, mod: Any, xs: Sequence[Any], src: int, dst: int, p: Pass) -> Any:
         from .units import unit_forward
@@ -105,7 +107,7 @@ class Depthwise(LayerKind):
         return unit_forward(mod, xs[0], p.width(src), p.width(src), src, p)
 
     def onnx(self, g: Any, t: Any, xs: Sequence[str], out: str, path: str, c_in: int, c_out: int) -> None:
-        g.conv_unit(xs[0], path, c_in, c_in, t.kernel, t.stride, c_in, out)
+        g.conv_unit(xs[0], out, path, ConvShape(c_in, c_in, t.kernel, t.stride, c_in))
 
 
 @register
@@ -132,8 +134,8 @@ class DepthwiseSeparable(LayerKind):
 
         from .units import Unit
 
-        return nn.Sequential(Unit(c_in, c_in, t.kernel, t.stride, c_in, norm, act, device=device),
-                             Unit(c_in, c_out, 1, 1, 1, norm, act, device=device))
+        return nn.Sequential(Unit(ConvShape(c_in, c_in, t.kernel, t.stride, c_in), norm, act, device=device),
+                             Unit(ConvShape(c_in, c_out), norm, act, device=device))
 
     def forward(self, mod: Any, xs: Sequence[Any], src: int, dst: int, p: Pass) -> Any:
         from .units import unit_forward
@@ -142,5 +144,5 @@ class DepthwiseSeparable(LayerKind):
         return unit_forward(mod[1], x, p.width(dst), 1, dst, p)
 
     def onnx(self, g: Any, t: Any, xs: Sequence[str], out: str, path: str, c_in: int, c_out: int) -> None:
-        h = g.conv_unit(xs[0], f"{path}.0", c_in, c_in, t.kernel, t.stride, c_in, f"{path}.0")
-        g.conv_unit(h, f"{path}.1", c_in, c_out, 1, 1, 1, out)
+        h = g.conv_unit(xs[0], f"{path}.0", f"{path}.0", ConvShape(c_in, c_in, t.kernel, t.stride, c_in))
+        g.conv_unit(h, out, f"{path}.1", ConvShape(c_in, c_out))

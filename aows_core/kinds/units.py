@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import Pass
+from .base import ConvShape, Pass
 
 ACTIVATION_MODULES: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "relu6": nn.ReLU6}
 
@@ -21,11 +21,13 @@ class Unit(nn.Sequential):
     """k×k conv padded by k // 2 (+ BN) (+ activation) (+ 3×3/2 max-pool): one convolutional unit (§7), a sequence of
     the children it has (`bn`, `act`, `pool` are None when absent)."""
 
-    def __init__(self, c_in: int, c_out: int, k: int, stride: int, groups: int,
-                 norm: Callable[[int], nn.Module] | None, act: str | None, pool: bool = False, device=None):
+    def __init__(self, shape: ConvShape, norm: Callable[[int], nn.Module] | None, act: str | None,
+                 pool: bool = False, device=None):
         super().__init__()
-        parts = {"conv": nn.Conv2d(c_in, c_out, k, stride, k // 2, groups=groups, bias=norm is None, device=device),
-                 "bn": norm(c_out) if norm is not None else None,
+        s = shape
+        parts = {"conv": nn.Conv2d(s.c_in, s.c_out, s.k, s.stride, s.k // 2, groups=s.groups, bias=norm is None,
+                                   device=device),
+                 "bn": norm(s.c_out) if norm is not None else None,
                  "act": ACTIVATION_MODULES[act](inplace=True) if act else None,
                  "pool": nn.MaxPool2d(3, 2, 1) if pool else None}
         for name, m in parts.items():

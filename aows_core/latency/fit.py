@@ -27,8 +27,15 @@ import scipy.sparse as sp
 from ..config import LutSettings
 from ..search.link import IDENTITY, Link
 from ..space import SearchSpace
-from .lut import (LUTFitError, _missing_message, check_coverage, design_matrix, monotonicity_matrix,
-                  observation_counts, smoothness_matrix)
+from .lut import (
+    LUTFitError,
+    _missing_message,
+    check_coverage,
+    design_matrix,
+    monotonicity_matrix,
+    observation_counts,
+    smoothness_matrix,
+)
 from .metrics import latency_metrics
 
 # λ grid in relative units (l divided by its median): 0 (no prior) and a log grid 1e-4 … 1e1.

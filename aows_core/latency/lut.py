@@ -86,6 +86,29 @@ def _adjacent(values_to_var: dict[int, int]) -> list[tuple[int, int]]:
     return [(values_to_var[a], values_to_var[b]) for a, b in zip(keys[:-1], keys[1:])]
 
 
+def _one_width_pairs(space: SearchSpace) -> list[tuple[int, int]]:
+    """Adjacent widths of every layer that has one width only (depthwise layers and residual adds, D44)."""
+    one_width: dict[Theta, dict[int, int]] = defaultdict(dict)
+    two_widths: set[Theta] = set()
+    for v, (t, ci, co) in enumerate(space.variables):
+        if ci == co:
+            one_width[t][ci] = v
+        else:
+            two_widths.add(t)
+    return [p for t, group in one_width.items() if t not in two_widths for p in _adjacent(group)]
+
+
+def _covering(group: dict[tuple[int, int], int]) -> list[tuple[int, int]]:
+    """(a, b) for sizes b ≥ a with nothing strictly between them: the covering pairs of the size order."""
+    sizes, out = list(group), []
+    for a in sizes:
+        ups = [b for b in sizes if b != a and b[0] >= a[0] and b[1] >= a[1]]
+        for b in ups:  # keep b only if nothing lies strictly between a and b
+            if not any(c != b and b[0] >= c[0] and b[1] >= c[1] for c in ups):
+                out.append((group[a], group[b]))
+    return out
+
+
 def monotonicity_pairs(space: SearchSpace, directions: Sequence[str] = DIRECTIONS) -> np.ndarray:
     """(K, 2) pairs (smaller, larger) of variables with L(smaller) ≤ L(larger) expected (§4 monotonicity prior)."""
     unknown = set(directions) - set(DIRECTIONS)
@@ -99,17 +122,8 @@ def monotonicity_pairs(space: SearchSpace, directions: Sequence[str] = DIRECTION
         by_cin[(t, ci)][co] = v
         by_shape[(t.stride, t.kernel, t.kind, ci, co)][(t.in_h, t.in_w)] = v
     pairs: list[tuple[int, int]] = []
-    one_width: dict[Theta, dict[int, int]] = defaultdict(dict)  # depthwise layers and residual adds (D44)
-    two_widths: set[Theta] = set()
-    for v, (t, ci, co) in enumerate(space.variables):
-        if ci == co:
-            one_width[t][ci] = v
-        else:
-            two_widths.add(t)
     if "c_in" in directions and "c_out" in directions:  # a layer of one width: adjacent widths
-        for t, group in one_width.items():
-            if t not in two_widths:
-                pairs += _adjacent(group)
+        pairs += _one_width_pairs(space)
     if "c_in" in directions:  # same Θ and c_out; adjacent c_in values
         for group in by_cout.values():
             pairs += _adjacent(group)
@@ -118,12 +132,7 @@ def monotonicity_pairs(space: SearchSpace, directions: Sequence[str] = DIRECTION
             pairs += _adjacent(group)
     if "size" in directions:  # same stride, kernel, kind, c_in, c_out; covering pairs of the size order
         for group in by_shape.values():
-            sizes = list(group)
-            for a in sizes:
-                ups = [b for b in sizes if b != a and b[0] >= a[0] and b[1] >= a[1]]
-                for b in ups:  # keep b only if nothing lies strictly between a and b
-                    if not any(c != b and b[0] >= c[0] and b[1] >= c[1] for c in ups):
-                        pairs.append((group[a], group[b]))
+            pairs += _covering(group)
     out = np.array(pairs, dtype=np.int64).reshape(-1, 2)
     return out[np.lexsort((out[:, 1], out[:, 0]))] if len(out) else out
 

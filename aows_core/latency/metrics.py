@@ -8,6 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.stats import kendalltau
 
+
 # ---- validation metrics (§7, Fig. latency_correlation) ------------------------------------------
 def latency_metrics(pred: np.ndarray, meas: np.ndarray, tau: bool = True) -> dict[str, float]:
     """Agreement of predicted and measured latency (§7 Fig. latency_correlation): rmse_ms; nrmse = RMSE / mean(measured);

@@ -13,8 +13,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..config import LutSettings
-from ..search.results import InfeasibleTarget
 from ..search.link import IDENTITY, Link
+from ..search.results import InfeasibleTarget
 from ..space import SearchSpace
 from .fit import fit_table
 

@@ -12,6 +12,7 @@ model for the passes all ranks run in lockstep (a training step), and unsets it 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
@@ -49,21 +50,33 @@ def masked_batch_stats(z: torch.Tensor, m: torch.Tensor, eps: float,
     return mean.to(z.dtype), torch.rsqrt(var + eps).to(z.dtype), n.to(z.dtype), var
 
 
+@dataclass(frozen=True)
+class MaskedBNOptions:
+    """How `MaskedBatchNorm` normalises: BatchNorm's eps, the process group whose samples it spans (None: this
+    process's), a ReLU after it, and a list that receives (mean, biased float64 variance, count) when given."""
+
+    eps: float = 1e-5
+    group: Any = None
+    relu: bool = True
+    stats: list | None = None
+
+
 class MaskedBatchNorm(torch.autograd.Function):
     """BN(z) · m, ReLU'd when `relu`, with batch statistics over the active samples of each channel (train mode,
     §5, D10), of every rank of `group` when given (D30).
 
-    apply(z, m, weight, bias, eps, group=None, relu=True, stats=None). Channel c of sample b is active iff
+    apply(z, m, weight, bias, options=MaskedBNOptions()). Channel c of sample b is active iff
     m[b, c] = 1. Mean and variance of channel c use only active samples, so an inactive sample influences
     nothing; its output is exactly 0 and its gradient 0. The mask is folded into per-(sample, channel) scale
     and shift (0·z + 0 = 0), so the forward is one fused multiply-add (and a ReLU). Analytic backward
     (BatchNorm's, restricted to active samples; with a group, the two per-channel sums of the input gradient
     are all-reduced, the weight and bias gradients stay this rank's, as SyncBatchNorm's), checked by
-    gradcheck. A list `stats` receives (mean, biased float64 variance, count) for the running statistics.
+    gradcheck. A list `options.stats` receives (mean, biased float64 variance, count) for the running statistics.
     """
 
     @staticmethod
-    def forward(ctx, z, m, weight, bias, eps, group=None, relu=True, stats=None):
+    def forward(ctx, z, m, weight, bias, options=MaskedBNOptions()):
+        eps, group, relu, stats = options.eps, options.group, options.relu, options.stats
         B, C = z.shape[:2]
         mean, invstd, n, var = masked_batch_stats(z, m, eps, group)
         if stats is not None:
@@ -111,7 +124,7 @@ class MaskedBatchNorm(torch.autograd.Function):
             grad_z.addcmul_(g, A.view(1, C, 1, 1))
         gw = sum_gx if ctx.needs_input_grad[2] else None
         gb = sum_g if ctx.needs_input_grad[3] else None
-        return grad_z, None, gw, gb, None, None, None, None
+        return grad_z, None, gw, gb, None
 
 
 @torch.no_grad()
@@ -132,7 +145,8 @@ def group_batch_norm(z: torch.Tensor, m: torch.Tensor, bn: nn.BatchNorm2d, group
     C = z.shape[1]
     stats: list = []
     with torch.autocast(z.device.type, enabled=False):
-        out = MaskedBatchNorm.apply(at_least_float32(z), m, bn.weight[:C], bn.bias[:C], bn.eps, group, relu, stats)
+        out = MaskedBatchNorm.apply(at_least_float32(z), m, bn.weight[:C], bn.bias[:C],
+                                    MaskedBNOptions(bn.eps, group, relu, stats))
     if update_stats and bn.track_running_stats:
         update_running_stats(bn, C, stats)
     return out

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..kinds import kind_of
+from ..kinds.base import ConvShape
 from ..space import SearchSpace
 from . import check_blocks
 
@@ -84,11 +85,11 @@ class GraphBuilder:
             bounds.append(name)
         self.node("Clip", [z, *bounds], [y], name=y)
 
-    def conv_unit(self, x: str, path: str, ci: int, co: int, k: int, s: int, g: int, y: str, *, act: bool = True,
-                  pool: bool = False) -> str:
+    def conv_unit(self, x: str, y: str, path: str, shape: ConvShape, *, act: bool = True, pool: bool = False) -> str:
         """A `kinds.units.Unit` in deployment form (conv with bias, activation, 3×3/2 max-pool) from x to y."""
-        w = self.param(f"{path}.conv.weight", (co, ci // g, k, k))
-        b = self.param(f"{path}.conv.bias", (co,))
+        k, s, g = shape.k, shape.stride, shape.groups
+        w = self.param(f"{path}.conv.weight", (shape.c_out, shape.c_in // g, k, k))
+        b = self.param(f"{path}.conv.bias", (shape.c_out,))
         z = f"{path}.conv" if act else y
         self.node("Conv", [x, w, b], [z], name=z, kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4, group=g,
                   dilations=[1, 1])

@@ -31,8 +31,18 @@ import torch.nn.functional as F
 
 from ..kinds import Pass
 from ..space import SearchSpace
-from .batched import (APPLY, CALIBRATE, DevicePlan, as_sources, chunks, configs_per_pass, grouped_features, grouped_logits,
-                      prefix_plan, runs_batched)
+from .batched import (
+    APPLY,
+    CALIBRATE,
+    DevicePlan,
+    as_sources,
+    chunks,
+    configs_per_pass,
+    grouped_features,
+    grouped_logits,
+    prefix_plan,
+    runs_batched,
+)
 from .batchnorm import at_least_float32
 
 
@@ -84,7 +94,7 @@ class SubnetScorer:
         out = []
         for x in xs:
             kept = iter(stats)
-            out.append(net._block(j, x, Pass(full, lambda z, bn, node, act: _normalise(
+            out.append(net._block(j, x, Pass(full, lambda z, bn, node, act, kept=kept: _normalise(
                 net, at_least_float32(z), bn, *next(kept), act))))
         return cal, out
 

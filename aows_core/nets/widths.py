@@ -3,7 +3,7 @@ with their per-node range read on the host, and the checks every slimmable super
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch

@@ -15,8 +15,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..space import SearchSpace, multiplier_configs
-from .results import InfeasibleTarget
 from .graph import space_latency_chain
+from .results import InfeasibleTarget
 from .targets import DeviceTable, lut_tables
 
 

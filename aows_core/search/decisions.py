@@ -8,10 +8,10 @@ import numpy as np
 
 from ..config import DecodeSettings
 from ..space import SearchSpace
-from .results import DecodeResult
-from .unvisited import apply_unvisited
 from .graph import space_chain
+from .results import DecodeResult
 from .targets import DeviceTable, lut_tables
+from .unvisited import apply_unvisited
 
 
 def decision_row(space: SearchSpace, result: DecodeResult, table: DeviceTable, *, method: str, target: str,

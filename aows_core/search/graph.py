@@ -22,10 +22,10 @@ import numpy as np
 
 from ..space import SearchSpace
 from .chain import Chain
-from .viterbi import viterbi
 from .lagrangian import check_target
 from .marginals import Marginals, NodeMarginals
 from .results import DecodeResult, Hull
+from .viterbi import viterbi
 
 MAX_STATES = 200_000  # joint choices one position of the compiled chain may hold
 MAX_ENTRIES = 50_000_000  # entries of the compiled chain's padded (positions, K, K) transition arrays

@@ -24,11 +24,11 @@ import numpy as np
 from ..config import AowsSettings
 from ..space import SearchSpace, pad_nodes
 from .chain import Chain
+from .graph import SpaceChain, SpaceMarginals, space_chain, space_latency_chain
 from .marginals import Marginals
 from .results import DecodeResult, InfeasibleTarget
-from .unvisited import apply_unvisited
-from .graph import SpaceChain, SpaceMarginals, space_chain, space_latency_chain
 from .targets import lut_tables
+from .unvisited import apply_unvisited
 
 # (u, T) anchors of supplementary B, u = (epochs elapsed − W) / (E − W).
 ANCHORS: tuple[tuple[float, float], ...] = ((0.0, 1.0), (1.0 / 15.0, 1e-2), (1.0 / 3.0, 1e-3), (1.0, 5e-4))

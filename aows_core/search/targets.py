@@ -8,9 +8,9 @@ import numpy as np
 
 from ..config import TARGET_PATTERN, Target, parse_target  # noqa: F401  (the target grammar lives in config)
 from ..space import SearchSpace
-from .results import InfeasibleTarget
 from .graph import space_latency_chain
 from .link import IDENTITY, Link
+from .results import InfeasibleTarget
 
 __all__ = ["TARGET_PATTERN", "Target", "parse_target", "lut_tables", "latency_range", "resolve_target", "check_feasible",
            "DeviceTable"]

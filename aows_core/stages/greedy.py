@@ -52,8 +52,8 @@ def _run(settings: Settings, inputs: Mapping[str, Any], outputs: Mapping[str, An
     """`run` in this process's place of the (data-parallel) scoring `ddp`."""
     from .. import artifacts
     from ..search.baselines import greedy_search
-    from ..training.loop import progress_bar
     from ..training.accelerator import accelerator
+    from ..training.loop import progress_bar
     from ._supernet import supernet_scorer
 
     model_path = inputs["model"]

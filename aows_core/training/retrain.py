@@ -25,10 +25,10 @@ from typing import Any, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..config import RetrainSettings, settings_hash
-from ..space import SearchSpace
 from ..artifacts.resume import load_resume, save_resume
 from ..artifacts.torchfiles import current_names
+from ..config import RetrainSettings, settings_hash
+from ..space import SearchSpace
 from .accelerator import Accelerator
 from .distributed import Dist, average_buffers, bn_group, data_parallel, mean_over_ranks_tensor
 from .loop import Hooks, Position, RunControl, Schedule, progress_bar, run_epochs

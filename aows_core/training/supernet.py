@@ -34,9 +34,9 @@ import numpy as np
 import torch
 
 from ..artifacts import copy_file, current_names, read_epoch_checkpoint, save_torch
+from ..artifacts.resume import load_resume, save_resume
 from ..config import AowsSettings, Settings, SupernetSettings
 from ..space import SearchSpace
-from ..artifacts.resume import load_resume, save_resume
 from .accelerator import Accelerator, accelerator
 from .distributed import Dist, average_buffers, bn_group, data_parallel, mean_metrics, process_group, update_unaries
 from .loop import Hooks, Position, RunControl, Schedule, progress_bar, run_epochs

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from stage_calls import decode, fit_lut, profile, sample
 
 from aows_core import artifacts as io
 from aows_core.config import ConfigError, backends, space_from_config, validate
 from aows_core.devices import DEVICES, SPEC_DEFAULTS, get_device, unregister
 from aows_core.latency.lut import lut_vector, predict
-from stage_calls import decode, fit_lut, profile, sample
 
 FILE = Path(__file__).with_name("macs_clock.py")
 SMALL = {"preset": "mobilenet_v1_fmnist", "resolution": 8, "in_channels": 1, "num_classes": 4, "width_mult": 0.25,

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import write_uniform_configs
 
 from aows_core import artifacts as io
 from aows_core.config import ProfilingSettings
@@ -13,7 +14,6 @@ from aows_core.latency.protocol import FinalistSession, finalist_rows, noise_gat
 from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
 from aows_core.training.loop import RunControl
-from conftest import write_uniform_configs
 
 BUSY = {"backend": "synthetic", "noise": 0.01, "drift": 0.3, "nonadditive": 0.0, "interference": 0.3,
         "regime_dwell": 3.0}

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from stage_calls import fit_lut, sample, validate_lut
 
 from aows_core import artifacts as io
 from aows_core.config import resolve, validate
@@ -14,7 +15,6 @@ from aows_core.space import get_space
 from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
 from aows_core.training.loop import RunControl
-from stage_calls import fit_lut, sample, validate_lut
 
 FMNIST = get_space("mobilenet_v1_fmnist")
 DEFAULT_RUN = Path(__file__).resolve().parents[2] / "docs" / "default_run"

@@ -8,7 +8,6 @@ batched one as far, summing in other orders: float32 comparisons use atol 1e-4 n
 """
 
 import copy
-
 import warnings
 
 import numpy as np

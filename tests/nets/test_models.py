@@ -8,7 +8,6 @@ import torch
 from torch import nn
 
 from aows_core.nets.network import Network, TimingFactory, fold, folded_state
-
 from aows_core.space import get_space
 
 FMNIST = get_space("mobilenet_v1_fmnist")

@@ -7,6 +7,7 @@ import onnx
 import pytest
 import torch
 import torchvision
+from net_cases import FAMILIES, images, random_configs, randomise
 from torch import nn
 
 from aows_core.artifacts import ArtifactError, current_names
@@ -14,7 +15,6 @@ from aows_core.nets.network import Network, TimingFactory, fold, folded_state
 from aows_core.nets.onnx import check_agreement, onnx_from_weights, param_shapes
 from aows_core.nets.supernet import Supernet
 from aows_core.space import get_space
-from net_cases import FAMILIES, images, random_configs, randomise
 
 torch.set_num_threads(1)
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+import se_kind  # noqa: F401  (registers the `se` kind: the one file)
 import torch
 import torch.nn.functional as F
+from net_cases import images, random_configs, randomise
 from torch import nn
 
-import se_kind  # noqa: F401  (registers the `se` kind: the one file)
 from aows_core import artifacts
 from aows_core.config import validate
 from aows_core.devices.flops import network_macs, network_params
@@ -18,7 +19,6 @@ from aows_core.nets.network import Network, folded_state
 from aows_core.nets.onnx import check_agreement, onnx_from_weights
 from aows_core.nets.supernet import Supernet
 from aows_core.space import PRESETS, Block, SearchSpace, Theta, register_preset, width_choices
-from net_cases import images, random_configs, randomise
 
 MULTS = (0.5, 1.0, 1.5)
 
@@ -121,8 +121,19 @@ def test_the_new_kind_exports_what_torch_computes():
 def test_a_space_with_the_new_kind_runs_every_stage_on_the_synthetic_device(tmp_path):
     """sample → profile → fit → validate → OWS supernet → decode (OWS) → greedy → decisions (greedy, uniform) →
     retrain → export (ONNX checked against torch) → measure, in-process on the registered `se_tiny` preset."""
-    from stage_calls import (decide_baseline, decode, export, fit_lut, greedy_trajectory, measure, profile,
-                             retrain, sample, train_supernet, validate_lut)
+    from stage_calls import (
+        decide_baseline,
+        decode,
+        export,
+        fit_lut,
+        greedy_trajectory,
+        measure,
+        profile,
+        retrain,
+        sample,
+        train_supernet,
+        validate_lut,
+    )
 
     if "se_tiny" not in PRESETS:
         register_preset("se_tiny", se_space)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from aows_core.nets.sandwich import NonFiniteLoss, sandwich_step, step_unless
-from aows_core.nets.widths import DeviceWidths, place_widths, widths_tensor
 from aows_core.nets.supernet import Supernet
+from aows_core.nets.widths import DeviceWidths, place_widths, widths_tensor
 from aows_core.space import mobilenet_v1_space
 
 torch.set_num_threads(1)

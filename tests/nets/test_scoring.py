@@ -6,13 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from net_cases import images, randomise
 
-from aows_core.nets.supernet import Supernet
 from aows_core.nets.scoring import SubnetScorer, _shared_prefixes
 from aows_core.nets.supernet import Supernet
 from aows_core.search.baselines import greedy_search
 from aows_core.space import get_space
-from net_cases import images, randomise
 
 torch.set_num_threads(1)
 

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from aows_core.nets.batchnorm import MaskedBatchNorm, MaskedBNOptions
 from aows_core.nets.network import Network
 from aows_core.nets.sandwich import NonFiniteLoss, sandwich_step
-from aows_core.nets.batchnorm import MaskedBatchNorm
 from aows_core.nets.supernet import Supernet
 from aows_core.nets.widths import widths_tensor
 from aows_core.space import get_space, mobilenet_v1_space
@@ -165,8 +165,8 @@ def test_masked_bn_relu_gradcheck_and_statistics():
     m[0, 1:] = 1
     w = torch.randn(C, dtype=torch.double, generator=g, requires_grad=True)
     b = torch.randn(C, dtype=torch.double, generator=g, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda z, w, b: MaskedBatchNorm.apply(z, m, w, b, 1e-5), (z, w, b))
-    out = MaskedBatchNorm.apply(z, m, w, b, 1e-5)
+    assert torch.autograd.gradcheck(lambda z, w, b: MaskedBatchNorm.apply(z, m, w, b, MaskedBNOptions(1e-5)), (z, w, b))
+    out = MaskedBatchNorm.apply(z, m, w, b, MaskedBNOptions(1e-5))
     assert torch.all(out[m == 0] == 0)
     for c in range(1, C):  # channel c's statistics come from its active samples only
         act = m[:, c] > 0
@@ -185,7 +185,7 @@ def test_unmasked_batch_norm_is_torchs_batch_norm_with_its_running_statistics():
     ones = torch.ones(6, 5, dtype=torch.double)
     w = torch.randn(5, dtype=torch.double, generator=g, requires_grad=True)
     b = torch.randn(5, dtype=torch.double, generator=g, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda z, w, b: MaskedBatchNorm.apply(z, ones, w, b, 1e-5, None, False), (z, w, b))
+    assert torch.autograd.gradcheck(lambda z, w, b: MaskedBatchNorm.apply(z, ones, w, b, MaskedBNOptions(1e-5, relu=False)), (z, w, b))
     for momentum in (0.1, None):
         ref, ours = (nn.BatchNorm2d(5, momentum=momentum).double().train() for _ in range(2))
         assert isinstance(SyncBatchNorm2d(5), nn.BatchNorm2d)

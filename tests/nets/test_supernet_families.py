@@ -6,20 +6,19 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-
 import pytest
 import torch
 import torch.nn.functional as F
+from net_cases import FAMILIES, images, random_configs, randomise
 from torch import nn
 
 from aows_core.nets.batchnorm import synchronised
 from aows_core.nets.estimation import estimate_differences, frozen_differences
 from aows_core.nets.network import Network
-from aows_core.nets.supernet import Supernet
 from aows_core.nets.sandwich import sandwich_step
 from aows_core.nets.scoring import SubnetScorer
+from aows_core.nets.supernet import Supernet
 from aows_core.nets.widths import place_widths
-from net_cases import FAMILIES, images, random_configs, randomise
 
 torch.set_num_threads(1)
 N_CONFIGS = 100

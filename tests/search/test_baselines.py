@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
+from aows_core.devices.flops import variable_macs
 from aows_core.search.baselines import decide_greedy, decide_uniform, greedy_search, greedy_trim
 from aows_core.search.graph import space_latency_chain
-from aows_core.search.targets import DeviceTable, check_feasible, latency_range, lut_tables
 from aows_core.search.results import InfeasibleTarget
-from aows_core.space import multiplier_configs as uniform_configs
-from aows_core.devices.flops import variable_macs
+from aows_core.search.targets import DeviceTable, check_feasible, latency_range, lut_tables
 from aows_core.space import get_space
+from aows_core.space import multiplier_configs as uniform_configs
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,16 @@ import itertools
 
 import numpy as np
 import pytest
+from chain_helpers import (
+    decode,
+    decode_many,
+    lagrangian_hull,
+    marginals,
+    max_latency,
+    min_latency,
+    sample,
+    unconstrained,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -12,8 +22,6 @@ from aows_core.search.chain import Chain
 from aows_core.search.results import InfeasibleTarget
 from aows_core.search.unvisited import apply_unvisited
 from aows_core.search.viterbi import viterbi
-from chain_helpers import (decode, decode_many, lagrangian_hull, marginals, max_latency, min_latency, sample,
-                           unconstrained)
 
 
 def greedy_trajectory(counts, score_fn, start=None, **kw):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from stage_calls import greedy_trajectory
 
 from aows_core import artifacts as io
 from aows_core.artifacts import read_supernet_state as load_model_state
@@ -11,7 +12,6 @@ from aows_core.config import space_from_config, validate
 from aows_core.nets.scoring import SubnetScorer as GreedyScorer
 from aows_core.nets.supernet import Supernet
 from aows_core.search.baselines import greedy_search, greedy_trim
-from stage_calls import greedy_trajectory
 
 
 def chain_greedy(counts, score):

@@ -9,8 +9,14 @@ from aows_core.config import AowsSettings
 from aows_core.devices.flops import variable_macs
 from aows_core.search.chain import Chain
 from aows_core.search.results import InfeasibleTarget
-from aows_core.search.sampler import (UNIFORM_ENTROPY, AOWSSampler, TemperatureSchedule, calibrate_scale, sampling_gamma,
-                                     temperature_at)
+from aows_core.search.sampler import (
+    UNIFORM_ENTROPY,
+    AOWSSampler,
+    TemperatureSchedule,
+    calibrate_scale,
+    sampling_gamma,
+    temperature_at,
+)
 from aows_core.search.targets import latency_range, lut_tables
 from aows_core.search.unaries import EpochUnaries, WindowUnaries, all_gather_update, fit_additive, width_signal
 

@@ -6,16 +6,15 @@ import re
 import numpy as np
 import pytest
 import yaml
-
-from aows_core import artifacts as io
-from aows_core.latency import lut
-from aows_core.search.results import InfeasibleTarget
-from aows_core.config import SCHEMA_PATH, space_from_config, validate
-from aows_core.search.targets import TARGET_PATTERN, latency_range, parse_target, resolve_target
-from aows_core.devices.flops import variable_macs
-from aows_core.space import mobilenet_v1_space
 from stage_calls import decode
 
+from aows_core import artifacts as io
+from aows_core.config import SCHEMA_PATH, space_from_config, validate
+from aows_core.devices.flops import variable_macs
+from aows_core.latency import lut
+from aows_core.search.results import InfeasibleTarget
+from aows_core.search.targets import TARGET_PATTERN, latency_range, parse_target, resolve_target
+from aows_core.space import mobilenet_v1_space
 
 SMALL = {"space": {"preset": "mobilenet_v1_fmnist", "resolution": 8, "in_channels": 1, "num_classes": 4,
                    "width_mult": 0.25, "n_choices": 2}}

@@ -6,11 +6,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from stage_calls import export
 
 from aows_core.config import space_from_config, validate
 from aows_core.nets.network import Network
 from aows_core.nets.onnx import ExportMismatch
-from stage_calls import export
 
 CFG = {"space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25}}
 

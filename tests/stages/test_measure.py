@@ -4,20 +4,19 @@ import math
 
 import numpy as np
 import pytest
+from stage_calls import decide_baseline, fit_lut, measure, sample
 
 from aows_core import artifacts as io
-from aows_core.latency import lut
+from aows_core.artifacts import read_lut
 from aows_core.cli import main
 from aows_core.config import ConfigError, ProfilingSettings, space_from_config, validate
 from aows_core.devices import get_device
-from aows_core.latency.protocol import MeasureError
+from aows_core.latency import lut
+from aows_core.latency.protocol import MeasureError, reference_config
 from aows_core.latency.protocol import measure_plan as plan
-from aows_core.artifacts import read_lut
-from aows_core.latency.protocol import reference_config
 from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
 from aows_core.training.loop import RunControl
-from stage_calls import decide_baseline, fit_lut, measure, sample
 
 RAW = {
     "seed": 3,

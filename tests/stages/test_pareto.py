@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stage_calls import pareto_stage
 
 from aows_core import artifacts as io
 from aows_core import evaluation, report
 from aows_core.config import validate
 from aows_core.space import get_space
 from aows_core.stages import pareto
-from stage_calls import pareto_stage
 
 CONFIG = validate({"space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25}})
 SPACE = get_space("mobilenet_v1_fmnist", n_choices=3, width_mult=0.25)

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from stage_calls import fit_lut, sample, validate_lut
 
 from aows_core import artifacts as io
 from aows_core.config import ProfilingSettings, validate
@@ -9,8 +10,6 @@ from aows_core.devices import get_device
 from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
 from aows_core.training.loop import RunControl
-from stage_calls import fit_lut, sample, validate_lut
-
 
 # Recovery against the noise-free truth (measured 0.020 with paired timing, D27).
 TRUTH_BOUND = 0.0225

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from stage_calls import retrain, train_supernet
 
 from aows_core import artifacts as io
 from aows_core.config import space_from_config, validate
-from stage_calls import retrain, train_supernet
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "premove"
 CFG = json.loads((FIX / "config.json").read_text())

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import write_uniform_configs
 
 from aows_core import artifacts as io
 from aows_core.config import ProfilingSettings
@@ -18,7 +19,6 @@ from aows_core.latency.protocol import reference_config
 from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
 from aows_core.training.loop import RunControl
-from conftest import write_uniform_configs
 
 
 def protocol(**kw):

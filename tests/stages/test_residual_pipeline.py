@@ -3,6 +3,7 @@ table, depthwise layers and residual adds included, is recovered (docs/method.md
 
 import numpy as np
 import pytest
+from stage_calls import fit_lut, sample, validate_lut
 
 from aows_core import artifacts as io
 from aows_core.config import ProfilingSettings, space_from_config, validate
@@ -10,7 +11,6 @@ from aows_core.devices import get_device
 from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
 from aows_core.training.loop import RunControl
-from stage_calls import fit_lut, sample, validate_lut
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,13 @@
 
 import pytest
 import torch
+from stage_calls import retrain
 
 from aows_core import artifacts as io
-from aows_core.config import space_from_config, validate
 from aows_core.artifacts import write_decisions
+from aows_core.config import space_from_config, validate
 from aows_core.evaluation import wilson_interval
 from aows_core.training.retrain import learning_rate
-from stage_calls import retrain
 
 CFG = {
     "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},

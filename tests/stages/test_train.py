@@ -11,14 +11,14 @@ import time
 import numpy as np
 import pytest
 import torch
+from stage_calls import train_supernet
 
 from aows_core import artifacts as io
-from aows_core.latency import lut
-from aows_core.search.results import InfeasibleTarget
 from aows_core.config import space_from_config, validate
 from aows_core.devices.flops import variable_macs
+from aows_core.latency import lut
 from aows_core.nets.sandwich import NonFiniteLoss
-from stage_calls import train_supernet
+from aows_core.search.results import InfeasibleTarget
 
 pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
 

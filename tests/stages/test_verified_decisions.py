@@ -8,6 +8,7 @@ import argparse
 
 import numpy as np
 import pytest
+from stage_calls import decide_baseline, decode, fit_lut, measure, sample
 
 from aows_core import artifacts as io
 from aows_core.config import ProfilingSettings, space_from_config, validate
@@ -16,7 +17,6 @@ from aows_core.stages import decode as decode_stage
 from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
 from aows_core.training.loop import RunControl
-from stage_calls import decide_baseline, decode, fit_lut, measure, sample
 
 RAW = {
     "seed": 3,

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from stage_calls import train_supernet
 
 from aows_core import artifacts as io
 from aows_core.config import space_from_config, validate
@@ -18,7 +19,6 @@ from aows_core.search.unaries import EpochUnaries, WindowUnaries
 from aows_core.training import distributed
 from aows_core.training.distributed import DeferredUnaries, update_unaries
 from aows_core.training.supernet import EpochAccumulator, EpochSums
-from stage_calls import train_supernet
 
 TINY = {
     "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},

@@ -1,28 +1,29 @@
 """Data-parallel training (gloo, 2 CPU processes): unary reduction, DistributedDataParallel against a manual
 flat all-reduce in the sandwich step, data-parallel retraining against one process, torchrun launches."""
 
-import pytest
 import json
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from stage_calls import greedy_trajectory, train_supernet
 from torch import nn
 
 from aows_core import artifacts as io
 from aows_core.config import net_key, space_from_config, validate
-from aows_core.data import load_splits, shard_bounds as _shard
+from aows_core.data import load_splits
+from aows_core.data import shard_bounds as _shard
 from aows_core.nets.network import Network
 from aows_core.nets.supernet import Supernet
 from aows_core.search.unaries import EpochUnaries, WindowUnaries
 from aows_core.training.accelerator import Accelerator
 from aows_core.training.distributed import Dist, average_buffers, data_parallel
 from aows_core.training.distributed import update_unaries as _update_unaries
-from stage_calls import greedy_trajectory, train_supernet
 
 pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
 

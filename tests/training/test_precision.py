@@ -7,18 +7,27 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from stage_calls import greedy_trajectory, proxy_scores, train_supernet
 
 from aows_core import artifacts as io
-from aows_core.config import STAGE_SECTIONS, ConfigError, net_key, settings_hash, space_from_config, stage_settings
-from aows_core.config import TrainSettings, resolve, validate
+from aows_core.config import (
+    STAGE_SECTIONS,
+    ConfigError,
+    TrainSettings,
+    net_key,
+    resolve,
+    settings_hash,
+    space_from_config,
+    stage_settings,
+    validate,
+)
+from aows_core.nets.batchnorm import MaskedBatchNorm, MaskedBNOptions
 from aows_core.nets.sandwich import sandwich_step
-from aows_core.nets.batchnorm import MaskedBatchNorm
 from aows_core.nets.supernet import Supernet
 from aows_core.nets.widths import widths_tensor
 from aows_core.search.sampler import uniform_layer_indices
 from aows_core.stages import retrain as retrain_stage
 from aows_core.training.accelerator import Accelerator, accelerator, resolve_device
-from stage_calls import greedy_trajectory, proxy_scores, train_supernet
 
 TRAINING_STAGES = {"train_ows", "train_aows", "greedy", "proxy", "retrain"}
 TINY = {
@@ -95,9 +104,9 @@ def test_masked_batchnorm_normalises_in_float32_under_bf16_autocast(tiny_space):
     m = (torch.rand(6, C) > 0.3).float()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = net._masked(z, bn, m, True)
-    ref = MaskedBatchNorm.apply(z.float(), m, bn.weight, bn.bias, bn.eps)  # float32 statistics of the same inputs
+    ref = MaskedBatchNorm.apply(z.float(), m, bn.weight, bn.bias, MaskedBNOptions(bn.eps))  # float32 statistics of the same inputs
     assert out.dtype == torch.float32 and torch.equal(out, ref)
-    low = MaskedBatchNorm.apply(z, m, bn.weight.bfloat16(), bn.bias.bfloat16(), bn.eps)  # what bfloat16 BN would give
+    low = MaskedBatchNorm.apply(z, m, bn.weight.bfloat16(), bn.bias.bfloat16(), MaskedBNOptions(bn.eps))  # what bfloat16 BN would give
     assert not torch.equal(out, low.float())
 
 

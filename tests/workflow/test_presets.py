@@ -18,7 +18,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from aows_core import config as aows_config
-from aows_core.data import IMAGEFOLDER_SIZE, DatasetInfo, check_dataset as check_space
+from aows_core.data import IMAGEFOLDER_SIZE, DatasetInfo
+from aows_core.data import check_dataset as check_space
 
 pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
 

@@ -16,9 +16,9 @@ import sys
 import pytest
 import torch
 import yaml
+from tiny_workflow import ROOT, copy_run, planned, smk
 
 from aows_core import config as aows_config
-from tiny_workflow import ROOT, copy_run, planned, smk
 
 pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
 

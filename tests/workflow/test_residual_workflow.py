@@ -5,10 +5,10 @@ import json
 
 import pytest
 import yaml
+from tiny_workflow import TINY, smk
 
 from aows_core import artifacts as io
 from aows_core.space import get_space
-from tiny_workflow import TINY, smk
 
 pytestmark = pytest.mark.slow
 

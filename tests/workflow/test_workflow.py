@@ -6,13 +6,22 @@ import shutil
 import subprocess
 
 import pytest
-import yaml
-
 import torch
+import yaml
+from tiny_workflow import (
+    PRE,
+    RETRAINED,
+    ROOT,
+    SNAKEFILE,
+    TINY,
+    bar_start,
+    copy_run,
+    kill_mid_ows_training,
+    planned,
+    smk,
+)
 
 from aows_core import artifacts as io
-from tiny_workflow import (PRE, RETRAINED, ROOT, SNAKEFILE, TINY, bar_start, copy_run, kill_mid_ows_training,
-                           planned, smk)
 
 pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the quick loop
 
