@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-import se_kind  # noqa: F401  (registers the `se` kind: the one file)
+import se_kind  # the one file: importing it registers the `se` kind
 import torch
 import torch.nn.functional as F
 from net_cases import images, random_configs, randomise
@@ -15,12 +15,21 @@ from torch import nn
 from aows_core import artifacts
 from aows_core.config import validate
 from aows_core.devices.flops import network_macs, network_params
+from aows_core.kinds import register, unregister
 from aows_core.nets.network import Network, folded_state
 from aows_core.nets.onnx import check_agreement, onnx_from_weights
 from aows_core.nets.supernet import Supernet
 from aows_core.space import PRESETS, Block, SearchSpace, Theta, register_preset, width_choices
 
 MULTS = (0.5, 1.0, 1.5)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _se_registered():
+    """The kind for this module's tests only (registered again after another module's teardown removed it)."""
+    register(se_kind.SqueezeExciteKind)
+    yield
+    unregister("se")
 
 
 def se_space(**overrides) -> SearchSpace:
@@ -121,6 +130,14 @@ def test_the_new_kind_exports_what_torch_computes():
 def test_a_space_with_the_new_kind_runs_every_stage_on_the_synthetic_device(tmp_path):
     """sample → profile → fit → validate → OWS supernet → decode (OWS) → greedy → decisions (greedy, uniform) →
     retrain → export (ONNX checked against torch) → measure, in-process on the registered `se_tiny` preset."""
+    register_preset("se_tiny", se_space)
+    try:
+        _every_stage(tmp_path)
+    finally:
+        PRESETS.pop("se_tiny")  # the preset (and the schema's preset list) as the other tests expect them
+
+
+def _every_stage(d):
     from stage_calls import (
         decide_baseline,
         decode,
@@ -135,8 +152,6 @@ def test_a_space_with_the_new_kind_runs_every_stage_on_the_synthetic_device(tmp_
         validate_lut,
     )
 
-    if "se_tiny" not in PRESETS:
-        register_preset("se_tiny", se_space)
     cfg = validate({
         "seed": 0, "space": {"preset": "se_tiny"},
         "devices": {"synth": {"backend": "synthetic", "noise": 0.01, "drift": 0.1, "nonadditive": 0.0}},
@@ -146,7 +161,6 @@ def test_a_space_with_the_new_kind_runs_every_stage_on_the_synthetic_device(tmp_
         "supernet": {"epochs": 1, "batch_size": 64}, "greedy": {"n_eval": 64, "n_cal": 64, "batch_size": 64},
         "retrain": {"epochs": 2, "batch_size": 64, "eval_batch_size": 2000, "seeds": [0]},
     })
-    d = tmp_path
     sample(cfg, d / "configs.parquet")
     profile(cfg, "synth", d / "configs.parquet", d / "lat.parquet", d / "resume", progress=False)
     fit_lut(cfg, "synth", d / "lat.parquet", d / "lut.parquet", d / "fit.parquet")

@@ -246,7 +246,7 @@ def test_a_killed_run_resumed_by_snakemake_ends_with_the_artifacts_of_an_uninter
     epoch, step = killed["checkpoint"]
     resumed_at = bar_start((wd / "results/logs/train_ows.log").read_text(), "supernet ows")
     assert resumed_at == (epoch * steps + step, TINY["supernet"]["epochs"] * steps) and resumed_at[0] > 0
-    made, fresh = digest(wd), digest(tiny_run)
+    made, fresh = digest(wd)[0], digest(tiny_run)[0]
     made = {p: h for p, h in made.items() if not p.startswith(("results/latency/", "results/lut/"))}
     ows = [f"results/supernet/ows/{f}" for f in ("unaries.parquet", "metrics.parquet", "model.pt",
                                                     "checkpoints/after_1.pt", "checkpoints/after_2.pt")]

@@ -25,7 +25,7 @@ from aows_core.config import (
 # once. The cluster profiles place timing jobs by the devices whose backend times on a GPU ($AOWS_GPU_DEVICES in their
 # resource expressions), never by a device's name.
 BACKEND_OF = device_backends(config)
-os.environ["AOWS_GPU_DEVICES"] = ",".join(gpu_devices(BACKEND_OF))
+os.environ.update(AOWS_GPU_DEVICES=",".join(gpu_devices(BACKEND_OF)))  # exported for the profiles, not read here
 
 
 def device_gpus(wildcards):
