@@ -10,7 +10,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
-from tiny_workflow import pareto_run, tiny_run  # noqa: F401 (the workflow tests' session fixtures)
+from tiny_workflow import group_tiny_run_tests, pareto_run, tiny_run  # noqa: F401 (the workflow tests' session fixtures)
 
 from aows_core import artifacts as io
 from aows_core.space import mobilenet_v1_space
@@ -54,10 +54,9 @@ def pytest_collection_modifyitems(items):
     """Under pytest-xdist (`--dist loadgroup`), every test that reads the tiny runs goes to one worker, which makes
     them once; the other tests spread over the other workers. Tests marked `cuda` skip where torch sees no GPU
     (`bash scripts/gpu_check.sh` runs them on one)."""
+    group_tiny_run_tests(items)
     no_gpu = None
     for item in items:
-        if {"tiny_run", "pareto_run"} & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("tiny_run"))
         if item.get_closest_marker("cuda") is not None:
             if no_gpu is None:
                 import torch

@@ -106,6 +106,16 @@ def bar_start(log: str, desc: str) -> tuple[int, int] | None:
     return None if m is None else (int(m.group(1)), int(m.group(2)))
 
 
+def group_tiny_run_tests(items: list[pytest.Item]) -> None:
+    """Mark every test that reads the tiny runs for one pytest-xdist worker (`--dist loadgroup`), which makes them once.
+
+    pytest-xdist 3.8 turns the mark into a node-id suffix that pytest 9 ignores (each worker then made its own tiny
+    runs: 25 min instead of 10); pyproject keeps pytest below 9 and tests/test_xdist_groups.py checks the effect."""
+    for item in items:
+        if {"tiny_run", "pareto_run"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("tiny_run"))
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """A finished tiny run of every rule (both devices, all methods, the retrained and exported finalists).

@@ -20,12 +20,13 @@ from aows_core.config import (
     stage_settings,
 )
 
-
 # Each configured device's backend as its class declares it (aows_core/devices: unit, GPU, counted or timed), read
 # once. The cluster profiles place timing jobs by the devices whose backend times on a GPU ($AOWS_GPU_DEVICES in their
 # resource expressions), never by a device's name.
 BACKEND_OF = device_backends(config)
-os.environ.update(AOWS_GPU_DEVICES=",".join(gpu_devices(BACKEND_OF)))  # exported for the profiles, not read here
+os.environ.update(
+    AOWS_GPU_DEVICES=",".join(gpu_devices(BACKEND_OF))
+)  # exported for the profiles, not read here
 
 
 def device_gpus(wildcards):
@@ -67,7 +68,8 @@ def stamp(stage, device=None):
 
 def decision_threads(wildcards):
     """A decision verified on a timed device times networks (docs/method.md D36): all cores, so nothing runs beside
-    it; one on an analytic device (flops: counted, not timed) or with verify.max_rounds 0."""
+    it; one on an analytic device (flops: counted, not timed) or with verify.max_rounds 0.
+    """
     timed = not BACKEND_OF[wildcards.device].analytic
     return workflow.cores if timed and config["verify"]["max_rounds"] > 0 else 1
 
