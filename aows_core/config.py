@@ -353,6 +353,29 @@ def _train_errors(cfg: Mapping) -> list[str]:
     return lines
 
 
+def read_file(path: str | Path) -> dict:
+    """One config file's mapping of sections, unvalidated (an empty file is {}); a clear error naming the file."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file {p} does not exist")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {p} is not valid YAML; fix the syntax:\n{e}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {p} is not a text (YAML) file ({e})") from e
+    return _mapping(raw, f"config file {p}")
+
+
+def _mapping(raw: Any, where: str) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} holds a {type(raw).__name__}, not a mapping of sections; a config looks like "
+                          f"`seed: 0`, `space: {{preset: ...}}`, `devices: {{...}}` (see config.yaml)")
+    return raw
+
+
 def load(path: str | Path | None = None, inline_json: str | None = None) -> dict:
     """Load and validate a config file (YAML) or an inline JSON string; neither gives all defaults."""
     if inline_json is not None:
@@ -360,26 +383,33 @@ def load(path: str | Path | None = None, inline_json: str | None = None) -> dict
             raw = json.loads(inline_json)
         except json.JSONDecodeError as e:
             raise ConfigError(f"--config-json is not valid JSON ({e})") from e
-        where = "--config-json"
-    elif path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"config file {p} does not exist")
-        try:
-            raw = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {p} is not valid YAML; fix the syntax:\n{e}") from e
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"config file {p} is not a text (YAML) file ({e})") from e
-        where = f"config file {p}"
-    else:
-        raw, where = {}, ""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where} holds a {type(raw).__name__}, not a mapping of sections; a config looks like "
-                          f"`seed: 0`, `space: {{preset: ...}}`, `devices: {{...}}` (see config.yaml)")
-    return validate(raw)
+        return validate(_mapping(raw, "--config-json"))
+    return validate(read_file(path) if path is not None else {})
+
+
+# The maps whose keys a user names: a later layer that gives one replaces the earlier one whole.
+NAMED_MAPS = (("devices",), ("decode", "device_targets"), ("aows", "device_targets"))
+
+
+def layered(*layers: Mapping[str, Any] | None) -> dict:
+    """Configuration layers merged in order — config.yaml, each `--configfile`, then `--config` (README, "Your data"):
+    a section merges key by key; a value, a list or a map of names (NAMED_MAPS: `devices`, `device_targets`) that a
+    later layer gives replaces the earlier one whole."""
+    out: dict = {}
+    for layer in layers:
+        out = _over(out, layer or {}, ())
+    return out
+
+
+def _over(base: Mapping[str, Any], top: Mapping[str, Any], path: tuple[str, ...]) -> dict:
+    merged = dict(base)
+    for key, value in top.items():
+        at = (*path, key)
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping) and at not in NAMED_MAPS:
+            merged[key] = _over(merged[key], value, at)
+        else:
+            merged[key] = _plain(value)
+    return merged
 
 
 # Target and seed lists: each job's target (seed) is its wildcard, so adding one never reruns the others.

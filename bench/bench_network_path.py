@@ -49,17 +49,20 @@ from aows_core.nets.sandwich import sandwich_step
 from aows_core.nets.scoring import SubnetScorer
 from aows_core.nets.estimation import frozen_differences
 
-space = get_space(DEFAULT_PRESET)
+import os
+SMALL = os.environ.get("AOWS_BENCH_SMALL") == "1"
+space = get_space(DEFAULT_PRESET, **({"width_mult": 0.25, "n_choices": 3} if SMALL else {}))
+B = 64 if SMALL else 128
 torch.manual_seed(0)
 net = Supernet(space, channels_last=True)
 opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
 g = torch.Generator().manual_seed(1)
-x = torch.randn(128, 1, 28, 28, generator=g)
-y = torch.randint(0, 10, (128,), generator=g)
+x = torch.randn(B, 1, 28, 28, generator=g)
+y = torch.randint(0, 10, (B,), generator=g)
 rng = np.random.default_rng(2)
 choices = [np.asarray(c) for c in space.layer_choices]
 def widths():
-    return torch.as_tensor(np.stack([rng.choice(c, 128) for c in choices], 1))
+    return torch.as_tensor(np.stack([rng.choice(c, B) for c in choices], 1))
 cal = torch.randn(128, 1, 28, 28, generator=g)
 xe = torch.randn(500, 1, 28, 28, generator=g)
 ye = torch.randint(0, 10, (500,), generator=g)
@@ -85,7 +88,7 @@ def run(op):
     elif op == "greedy":
         greedy_step()
     elif op == "estimation":
-        frozen_differences(net, x, y, configs, 128)
+        frozen_differences(net, x, y, configs, B)
     elif op == "deploy":
         with torch.inference_mode():
             deploy(xd)
@@ -106,8 +109,8 @@ for line in sys.stdin:
 REPS = {"sandwich": 3, "greedy": 1, "estimation": 1, "deploy": 200}
 
 
-def start(code: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1"}
+def start(code: Path, small: bool) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1", "AOWS_BENCH_SMALL": str(int(small))}
     p = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                          env=env, cwd=str(code))
     assert p.stdout.readline().strip() == "ready", f"the worker of {code} did not start"
@@ -126,8 +129,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--baseline", required=True, type=Path, help="a checkout of the baseline commit")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--small", action="store_true",
+                    help="the test suite's tiny run's sizes (width ×0.25, 3 choices, batch 64): module-call overhead")
     args = ap.parse_args(argv)
-    workers = {"baseline": start(args.baseline.resolve()), "current": start(ROOT)}
+    workers = {"baseline": start(args.baseline.resolve(), args.small), "current": start(ROOT, args.small)}
     times: dict[str, dict[str, list[float]]] = {op: {w: [] for w in workers} for op in OPS}
     for r in range(args.rounds):
         order = list(workers) if r % 2 == 0 else list(workers)[::-1]

@@ -21,6 +21,13 @@ PAGE = ROOT / "docs" / "artifacts.md"
 sys.path.insert(0, str(ROOT))
 
 
+def _kinds() -> list[str]:
+    """The registered layer kinds, in registration order."""
+    from aows_core.kinds import KINDS
+
+    return list(KINDS)
+
+
 @dataclass(frozen=True)
 class Kind:
     """One artifact kind: where it is written and by which command, and what its columns and metadata mean."""
@@ -131,7 +138,8 @@ KINDS: dict[str, Kind] = {
             "in_w": "Θ: input width",
             "stride": "Θ: stride",
             "kernel": "Θ: kernel size",
-            "kind": "Θ: `conv`, `dwsep` or `linear` (the pooled classifier)",
+            "kind": "Θ: the layer kind, one of the registry's (`aows_core.kinds`, docs/extending.md): "
+                    + ", ".join(f"`{name}`" for name in _kinds()),
             "c_in": "input channels",
             "c_out": "output channels",
             "latency_ms": "the entry L_Θ(c_in, c_out), in the device's unit; only path sums are identified (D6)",

@@ -230,10 +230,12 @@ def render(schema: Mapping[str, Any] | None = None) -> str:
         "",
         "- `config.yaml` (the repository's root) is the embedded default run. It sets only keys of "
         f"[{USER_TITLE}](#settings-you-set), each at its schema default; every other key keeps its default.",
-        "- `snakemake --configfile my.yaml ...` runs `my.yaml` over the schema's defaults (not merged over "
-        "`config.yaml`); `configs/` holds complete presets to start from.",
-        "- `snakemake ... --config 'supernet={epochs: 8}'` overlays single keys on either (numbers are read as "
-        "numbers).",
+        "- **One rule for your own file**: `snakemake --configfile my.yaml ...` reads `my.yaml` over `config.yaml`, "
+        "each section key by key, and a map of names it gives (`devices`, `decode.device_targets`, "
+        "`aows.device_targets`) replaces the default's whole; several files apply in order. The presets in "
+        "`configs/` are such files, complete.",
+        "- `snakemake ... --config 'supernet={epochs: 8}'` is one more layer after the files, by the same rule "
+        "(numbers are read as numbers).",
         "- `aows inspect my.yaml` checks a file and prints it with every default filled in.",
         "",
         "Targets (`decode.targets`, `aows.targets` and their per-device `device_targets`) are strings: `4.5ms` "

@@ -61,8 +61,29 @@ def test_stage_hash_changes_only_with_the_stage_settings():
 
 
 def test_config_yaml_is_exactly_the_schema_defaults():
-    """`--configfile X` means X over the schema's defaults; config.yaml sets its user keys to those defaults."""
+    """config.yaml sets its user keys to the schema's defaults, so a complete preset read over it (the one rule,
+    `layered`) is the preset over the defaults."""
     assert load("config.yaml") == validate({})
+
+
+def test_a_users_file_merges_sections_key_by_key_and_replaces_the_maps_of_names_it_gives():
+    """The one rule for `--configfile` (README): config.yaml, then the user's files, then --config."""
+    from aows_core.config import layered
+
+    default = yaml.safe_load(open("config.yaml"))
+    mine = {"devices": {"ort4": {"backend": "onnxruntime", "threads": 4}},
+            "decode": {"device_targets": {"ort4": ["2ms"]}}, "supernet": {"epochs": 3}}
+    cfg = validate(layered(default, mine, {"supernet": {"batch_size": 64}}))
+    assert set(cfg["devices"]) == {"ort4"} and cfg["devices"]["ort4"]["threads"] == 4  # replaced, not added to
+    assert cfg["decode"]["targets"] == default["decode"]["targets"]  # a section merged key by key
+    assert cfg["decode"]["device_targets"] == {"ort4": ["2ms"]}
+    assert (cfg["supernet"]["epochs"], cfg["supernet"]["batch_size"]) == (3, 64)  # two layers on one section
+    assert cfg["aows"] == validate(default)["aows"]
+    # a later map of device targets replaces an earlier one; a list is replaced, never appended to
+    two = layered({"aows": {"device_targets": {"a": ["1ms"]}, "targets": ["range:0.1"]}},
+                  {"aows": {"device_targets": {"b": ["2ms"]}, "targets": ["range:0.2"]}})
+    assert two == {"aows": {"device_targets": {"b": ["2ms"]}, "targets": ["range:0.2"]}}
+    assert layered(None, {}) == {}
 
 
 def test_backend_units_agree_with_the_device_registry():

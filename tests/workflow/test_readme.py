@@ -59,7 +59,8 @@ def snippets() -> list[dict]:
 
 
 def merge(base: dict, over: dict) -> dict:
-    """`over` merged into `base` as Snakemake merges config files: mappings recursively, everything else replaced."""
+    """`over` written into `base` by hand, as a user who puts every snippet in config.yaml: mappings recursively
+    (a device beside the default's), everything else replaced."""
     out = dict(base)
     for k, v in over.items():
         out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
@@ -168,10 +169,11 @@ def fake_imagefolder(root, classes: int):
 
 
 @pytest.mark.parametrize("index", range(len(snippets())))
-def test_yaml_snippet_validates_and_dry_runs_beside_config_yaml(index, tmp_path):
-    """Each snippet as a second config file over config.yaml (the README's `--configfile config.yaml mine.yaml`):
-    it validates, the main target of the device it sets up dry-runs, and it does what the text around it says."""
-    from aows_core.config import space_from_config, validate
+def test_yaml_snippet_validates_and_dry_runs_as_the_users_own_file(index, tmp_path):
+    """Each snippet as the user's own file over config.yaml (the README's `--configfile mine.yaml`): it validates,
+    the main target of the device it sets up dry-runs with exactly the devices the README's rule gives (the
+    snippet's own when it names `devices`, else the default's), and it does what the text around it says."""
+    from aows_core.config import layered, space_from_config, validate
 
     snippet = snippets()[index]
     wd = workdir(tmp_path / "wd")
@@ -180,13 +182,15 @@ def test_yaml_snippet_validates_and_dry_runs_beside_config_yaml(index, tmp_path)
         root = fake_imagefolder(tmp_path / "images", snippet["space"]["num_classes"])
         snippet = merge(snippet, {"data": {"root": str(root)}})
     (wd / "mine.yaml").write_text(yaml.safe_dump(snippet))
-    config = validate(merge(base, snippet))
+    config = validate(layered(base, snippet))
     added = sorted(set(snippet.get("devices", {})) - set(base["devices"]))
     device = added[0] if added else "cpu"
-    r = smk(wd, "-n", f"results/pareto_{device}.pdf", "--configfile", str(wd / "config.yaml"), str(wd / "mine.yaml"),
-            check=False)
+    r = smk(wd, "-n", f"results/pareto_{device}.pdf", "--configfile", str(wd / "mine.yaml"), check=False)
     assert r.returncode == 0, (snippet, r.stdout[-2000:], r.stderr[-2000:])
     jobs = planned(r.stdout)
+    every = smk(wd, "-n", "latency_models", "--configfile", str(wd / "mine.yaml"), check=False)  # every device's LUT
+    profiled = set(re.findall(r"aows profile .*--device (\w+)", every.stdout))
+    assert profiled == set(snippet.get("devices", base["devices"])) == set(config["devices"]), profiled
     assert {"profile", "train_ows", "decode", "retrain", "measure", "pareto"} <= set(jobs), jobs
     for section_ in ("decode", "aows"):  # every target the snippet names is decided on its device
         s = snippet.get(section_, {})
@@ -218,7 +222,6 @@ def test_other_commands_run_or_dry_run(tmp_path):
     long ones (rule all, presets, the cluster profile, a configured GPU) dry-run in a checkout configured with the
     README's snippets; templates (`aows <stage>`, `...`, N, TARGET, NAME) are filled in or skipped."""
     wd = workdir(tmp_path / "user", config=merge_all_snippets())
-    (wd / "mine.yaml").write_text(fenced(README, "yaml")[-1])
     follow_ups = set(sh_lines(section("Quick start"))) | {MAIN, TESTS}
     ran = []
     for cmd in readme_commands():
@@ -234,6 +237,10 @@ def test_other_commands_run_or_dry_run(tmp_path):
             elif "--rulegraph" in argv:
                 r = subprocess.run(argv, capture_output=True, text=True, cwd=wd)
             elif argv[0] == "snakemake":
+                if "mine.yaml" in argv:  # the snippet that sets up the device whose Pareto the command builds
+                    device = next(re.search(r"pareto_(\w+)\.pdf", a).group(1) for a in argv if "pareto_" in a)
+                    mine = next(x for x in snippets() if device in x.get("devices", {}))
+                    (wd / "mine.yaml").write_text(yaml.safe_dump(mine))
                 names = [p.stem for p in sorted((ROOT / "configs").glob("*.yaml"))] if "NAME" in part else [None]
                 for name in names:
                     devices = aows_config.load(ROOT / "configs" / f"{name}.yaml")["devices"] if name else {"cpu": None}
