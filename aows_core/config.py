@@ -394,10 +394,14 @@ NAMED_MAPS = (("devices",), ("decode", "device_targets"), ("aows", "device_targe
 def layered(*layers: Mapping[str, Any] | None) -> dict:
     """Configuration layers merged in order — config.yaml, each `--configfile`, then `--config` (README, "Your data"):
     a section merges key by key; a value, a list or a map of names (NAMED_MAPS: `devices`, `device_targets`) that a
-    later layer gives replaces the earlier one whole."""
+    later layer gives replaces the earlier one whole, and a layer's `devices` drops the earlier per-device targets."""
     out: dict = {}
     for layer in layers:
-        out = _over(out, layer or {}, ())
+        layer = layer or {}
+        if "devices" in layer:  # new devices: the earlier per-device targets named the devices they replace
+            out = {k: ({s: v for s, v in sec.items() if s != "device_targets"} if k in ("decode", "aows")
+                       and isinstance(sec, Mapping) else sec) for k, sec in out.items()}
+        out = _over(out, layer, ())
     return out
 
 

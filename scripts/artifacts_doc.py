@@ -22,10 +22,11 @@ sys.path.insert(0, str(ROOT))
 
 
 def _kinds() -> list[str]:
-    """The registered layer kinds, in registration order."""
+    """The layer kinds aows itself registers, in registration order (a kind a user or a test registers is not
+    aows's: the page stays the same whatever was imported before)."""
     from aows_core.kinds import KINDS
 
-    return list(KINDS)
+    return [name for name, cls in KINDS.items() if cls.__module__.startswith("aows_core.")]
 
 
 @dataclass(frozen=True)

@@ -232,8 +232,8 @@ def render(schema: Mapping[str, Any] | None = None) -> str:
         f"[{USER_TITLE}](#settings-you-set), each at its schema default; every other key keeps its default.",
         "- **One rule for your own file**: `snakemake --configfile my.yaml ...` reads `my.yaml` over `config.yaml`, "
         "each section key by key, and a map of names it gives (`devices`, `decode.device_targets`, "
-        "`aows.device_targets`) replaces the default's whole; several files apply in order. The presets in "
-        "`configs/` are such files, complete.",
+        "`aows.device_targets`) replaces the default's whole (its `devices` with their per-device targets); several "
+        "files apply in order. The presets in `configs/` are such files, complete.",
         "- `snakemake ... --config 'supernet={epochs: 8}'` is one more layer after the files, by the same rule "
         "(numbers are read as numbers).",
         "- `aows inspect my.yaml` checks a file and prints it with every default filled in.",

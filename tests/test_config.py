@@ -84,6 +84,14 @@ def test_a_users_file_merges_sections_key_by_key_and_replaces_the_maps_of_names_
                   {"aows": {"device_targets": {"b": ["2ms"]}, "targets": ["range:0.2"]}})
     assert two == {"aows": {"device_targets": {"b": ["2ms"]}, "targets": ["range:0.2"]}}
     assert layered(None, {}) == {}
+    # a file's devices replace the earlier devices with their per-device targets (a preset over an edited
+    # config.yaml), unless it gives its own
+    edited = {"decode": {"device_targets": {"cpu": ["2ms"]}, "targets": ["range:0.2"]}}
+    preset = {"devices": {"gpu": {"backend": "torch-cuda"}}}
+    assert layered(edited, preset)["decode"] == {"targets": ["range:0.2"]}
+    validate(layered(default, edited, preset))  # no target left for a device that is gone
+    assert layered(edited, {**preset, "decode": {"device_targets": {"gpu": ["1ms"]}}})["decode"]["device_targets"] \
+        == {"gpu": ["1ms"]}
 
 
 def test_backend_units_agree_with_the_device_registry():

@@ -237,17 +237,20 @@ def test_other_commands_run_or_dry_run(tmp_path):
             elif "--rulegraph" in argv:
                 r = subprocess.run(argv, capture_output=True, text=True, cwd=wd)
             elif argv[0] == "snakemake":
-                if "mine.yaml" in argv:  # the snippet that sets up the device whose Pareto the command builds
+                cwd = wd
+                if "mine.yaml" in argv:  # a user's own file beside the default config.yaml: the snippet that sets
+                    # up the device whose Pareto the command builds
                     device = next(re.search(r"pareto_(\w+)\.pdf", a).group(1) for a in argv if "pareto_" in a)
                     mine = next(x for x in snippets() if device in x.get("devices", {}))
-                    (wd / "mine.yaml").write_text(yaml.safe_dump(mine))
+                    cwd = own if (own := tmp_path / "own").exists() else workdir(own)
+                    (cwd / "mine.yaml").write_text(yaml.safe_dump(mine))
                 names = [p.stem for p in sorted((ROOT / "configs").glob("*.yaml"))] if "NAME" in part else [None]
                 for name in names:
                     devices = aows_config.load(ROOT / "configs" / f"{name}.yaml")["devices"] if name else {"cpu": None}
                     target = f"results/pareto_{next(iter(devices))}.pdf"  # TARGET: the preset's first device's
                     filled = ["2" if a == "N" else target if a == "TARGET" else a.replace("NAME", name or "NAME")
                               for a in argv]
-                    r = subprocess.run([*filled, "-n"], capture_output=True, text=True, cwd=wd)
+                    r = subprocess.run([*filled, "-n"], capture_output=True, text=True, cwd=cwd)
                     assert r.returncode == 0, (filled, r.stdout[-1500:], r.stderr[-1500:])
             elif part == "bash scripts/gpu_check.sh":
                 if torch.cuda.is_available():
