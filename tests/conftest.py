@@ -10,7 +10,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
-from tiny_workflow import group_tiny_run_tests, pareto_run, tiny_run  # noqa: F401 (the workflow tests' session fixtures)
+from tiny_workflow import group_tiny_run_tests, pareto_run, tiny_run, tiny_runs  # noqa: F401 (the session fixtures)
 
 from aows_core import artifacts as io
 from aows_core.space import mobilenet_v1_space

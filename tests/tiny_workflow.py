@@ -28,10 +28,11 @@ TINY = {
     "sampling": {"coverage": 2, "lambda_val": 20, "test": 40},
     "profiling": {"repeats": 5, "retest": 10},
     "lut": {"lambdas": [0.0, 1e-3, 1e-1]},
-    "decode": {"targets": ["range:0.3", "range:0.8"]},
+    "decode": {"targets": ["range:0.3", "range:0.8"], "device_targets": {"flops": ["range:0.3"]}},
     "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
-    "supernet": {"epochs": 2, "batch_size": 64},
-    "aows": {"warmup_epochs": 1, "targets": ["range:0.5"]},
+    # the unaries' estimation pass at a tenth of its default size: three quarters of the supernet's time otherwise
+    "supernet": {"epochs": 2, "batch_size": 64, "estimate_configs": 100, "estimate_images": 256},
+    "aows": {"warmup_epochs": 1, "targets": ["range:0.5"], "device_targets": {"flops": []}},
     "greedy": {"n_eval": 64, "n_cal": 64, "batch_size": 64},
     "retrain": {"epochs": 1, "batch_size": 64, "eval_batch_size": 2000, "seeds": [0]},
 }
@@ -69,27 +70,28 @@ def copy_run(src: Path, dst: Path) -> Path:
 OWS_RESUME = "results/.resume/supernet/ows/checkpoint.pt"
 
 
-def kill_mid_ows_training(workdir: Path, *targets: str, cores: int = 1, timeout: float = 300) -> dict:
-    """Snakemake on `targets` in `workdir`, SIGKILLed (the whole job tree, so no clean-up runs) as soon as the OWS
-    supernet has written its first resume checkpoint; what the kill left: the checkpoint's (epoch, step) (None
-    without one) and whether the supernet's model was written."""
+def kill_mid_ows_training(workdir: Path, log: Path, *targets: str, timeout: float = 300) -> dict:
+    """Snakemake on `targets` in `workdir` (2 cores, output to `log`), SIGKILLed (the whole job tree, so no clean-up
+    runs) as soon as the OWS supernet has written its first resume checkpoint; what the kill left: the checkpoint's
+    (epoch, step) (None without one) and whether the supernet's model was written."""
     import os
     import signal
     import time
 
     import torch
 
-    cmd = ["snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), "--cores", str(cores), *targets]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    cmd = ["snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir), "--cores", "2", *targets]
     ckpt = workdir / OWS_RESUME
-    deadline = time.time() + timeout
-    while time.time() < deadline and not ckpt.exists() and proc.poll() is None:
-        time.sleep(0.05)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # mid-training: the checkpoint is there, the model not yet
-    except ProcessLookupError:  # it had ended on its own (recorded: killed_by_signal is False)
-        pass
-    proc.wait()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + timeout
+        while time.time() < deadline and not ckpt.exists() and proc.poll() is None:
+            time.sleep(0.05)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # mid-training: the checkpoint is there, the model not yet
+        except ProcessLookupError:  # it had ended on its own (recorded: killed_by_signal is False)
+            pass
+        proc.wait()
     state = torch.load(ckpt, weights_only=False) if ckpt.exists() else None
     smk(workdir, "--unlock")  # a SIGKILLed Snakemake leaves its lock (a Ctrl-C would release it)
     return {"killed_by_signal": proc.returncode == -signal.SIGKILL,
@@ -106,6 +108,25 @@ def bar_start(log: str, desc: str) -> tuple[int, int] | None:
     return None if m is None else (int(m.group(1)), int(m.group(2)))
 
 
+def job_outputs(log: str) -> dict[str, list[str]]:
+    """{job id: its outputs} of the jobs a Snakemake log started."""
+    jobs, outputs = {}, []
+    for line in map(str.strip, log.splitlines()):
+        if line.startswith("output: "):
+            outputs = line.removeprefix("output: ").split(", ")
+        elif line.startswith("jobid: "):
+            jobs[line.removeprefix("jobid: ")], outputs = outputs, []
+    return jobs
+
+
+def finished_outputs(log: str) -> list[str]:
+    """The outputs of the jobs a Snakemake log reports finished."""
+    import re
+
+    jobs = job_outputs(log)
+    return [o for job in re.findall(r"Finished jobid: (\d+)", log) for o in jobs.get(job, [])]
+
+
 def group_tiny_run_tests(items: list[pytest.Item]) -> None:
     """Mark every test that reads the tiny runs for one pytest-xdist worker (`--dist loadgroup`), which makes them once.
 
@@ -116,45 +137,48 @@ def group_tiny_run_tests(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("tiny_run"))
 
 
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory):
-    """A finished tiny run of every rule (both devices, all methods, the retrained and exported finalists).
-
-    Tests that change its config.yaml put TINY back before they return."""
-    wd = tmp_path_factory.mktemp("wf")
-    (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
-    r = smk(wd, "all", "latency_models", "decisions", *RETRAINED, check=False)
-    assert r.returncode == 0, r.stderr[-3000:]
-    (wd / "tiny_run.log").write_text(r.stdout + r.stderr)  # the jobs it ran
-    return wd
-
-
-# The settings the quick-start-like run is made with: TINY but for larger supernet and retraining batches (fewer
-# steps), so that test_a_changed_setting_... changes a supernet and a retraining setting on it and lands on TINY's.
-PRE = {**TINY, "supernet": {**TINY["supernet"], "batch_size": 128}, "retrain": {**TINY["retrain"], "batch_size": 128}}
+# The README's main command's target, on the synthetic device.
+MAIN = "results/pareto_synth.pdf"
 
 
 @pytest.fixture(scope="session")
-def pareto_run(tiny_run, tmp_path_factory):
-    """A finished tiny run made with the README's main command's target (`results/pareto_synth.pdf`, the synthetic
-    device) under PRE: what a user has after the quick start, for its follow-up commands.
+def tiny_runs(tmp_path_factory) -> tuple[Path, Path]:
+    """The tiny run of every rule, made the hard way, and a copy of it as a user has it after the quick start.
 
-    It is made the hard way, to check resuming on the way: profiling and the LUT copied from `tiny_run`, the run
-    SIGKILLed (the whole job tree) while the OWS supernet trains, after its first resume checkpoint, then completed
-    with `--rerun-incomplete`. What test_a_killed_run_... checks is recorded in `killed.json`."""
+    First the README's main command's own target (MAIN) under TINY: SIGKILLed (the whole job tree, on 2 cores) while
+    the OWS supernet trains, after its first resume checkpoint, then completed with `--rerun-incomplete`; what
+    test_a_killed_run_... checks is recorded in `killed.json`. A copy of that run is `pareto_run`. Then the same
+    directory runs every rule (both devices, all methods, the retrained and exported finalists): `tiny_run`.
+    test_golden checks that it ends with the artifacts of an uninterrupted run (its snapshot)."""
     import json
 
-    wd = tmp_path_factory.mktemp("pareto_run")
-    (wd / "config.yaml").write_text(yaml.safe_dump(PRE))
-    for d in ("latency", "lut"):
-        shutil.copytree(tiny_run / "results" / d, wd / "results" / d)
-    lut = wd / "results/lut/synth/lut.parquet"
-    before = lut.stat().st_mtime_ns
-    killed = kill_mid_ows_training(wd, "results/pareto_synth.pdf")
-    r = smk(wd, "--rerun-incomplete", "results/pareto_synth.pdf", check=False)
+    wd = tmp_path_factory.mktemp("wf")
+    (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
+    killed = kill_mid_ows_training(wd, wd / "killed_run.log", MAIN)
+    finished = finished_outputs((wd / "killed_run.log").read_text())  # by the jobs that ended before the kill
+    before = {o: (wd / o).stat().st_mtime_ns for o in finished}
+    r = smk(wd, "--rerun-incomplete", MAIN, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     (wd / "killed.json").write_text(json.dumps({
-        **killed, "lut_kept": lut.stat().st_mtime_ns == before,
-        "resumed_at": bar_start((wd / "results/logs/train_ows.log").read_text(), "supernet ows"),
-        "reprofiled": any(f"rule {rule}:" in r.stdout + r.stderr for rule in ("profile", "fit_lut"))}))
-    return wd
+        **killed, "finished": sorted(before), "kept": all((wd / o).stat().st_mtime_ns == t for o, t in before.items()),
+        "redone": sorted(set(before) & {o for outs in job_outputs(r.stdout + r.stderr).values() for o in outs}),
+        "resumed_at": bar_start((wd / "results/logs/train_ows.log").read_text(), "supernet ows")}))
+    logs = (wd / "killed_run.log").read_text() + r.stdout + r.stderr
+    pareto = copy_run(wd, tmp_path_factory.mktemp("pareto_run") / "run")
+    r = smk(wd, "all", "latency_models", "decisions", *RETRAINED, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (wd / "tiny_run.log").write_text(logs + r.stdout + r.stderr)  # the jobs it ran, killed or finished
+    return wd, pareto
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_runs) -> Path:
+    """A finished tiny run of every rule (tiny_runs). Tests that change its config.yaml put TINY back before they
+    return."""
+    return tiny_runs[0]
+
+
+@pytest.fixture(scope="session")
+def pareto_run(tiny_runs) -> Path:
+    """What a user has after the quick start: the tiny run of MAIN alone, killed and resumed on the way (tiny_runs)."""
+    return tiny_runs[1]

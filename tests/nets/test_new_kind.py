@@ -158,7 +158,7 @@ def _every_stage(d):
         "sampling": {"coverage": 6, "lambda_val": 30, "test": 60}, "profiling": {"repeats": 5, "retest": 10},
         "lut": {"lambdas": [0.0, 1e-3]}, "decode": {"targets": ["range:0.4"]},
         "data": {"train_subset": 2048, "search_val": 64, "calibration": 64},
-        "supernet": {"epochs": 1, "batch_size": 64}, "greedy": {"n_eval": 64, "n_cal": 64, "batch_size": 64},
+        "supernet": {"epochs": 1, "batch_size": 64, "estimate_configs": 100, "estimate_images": 256}, "greedy": {"n_eval": 64, "n_cal": 64, "batch_size": 64},
         "retrain": {"epochs": 2, "batch_size": 64, "eval_batch_size": 2000, "seeds": [0]},
     })
     sample(cfg, d / "configs.parquet")

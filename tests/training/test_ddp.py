@@ -32,7 +32,8 @@ SIZES, R, B, STEPS, WINDOW = (3, 4, 2, 5), 2, 16, 12, 7
 TINY = {
     "space": {"preset": "mobilenet_v1_fmnist", "n_choices": 3, "width_mult": 0.25},
     "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
-    "supernet": {"epochs": 1, "batch_size": 32, "checkpoint_every": 3, "threads": 1},
+    "supernet": {"epochs": 1, "batch_size": 32, "checkpoint_every": 3, "threads": 1, "estimate_configs": 100,
+                 "estimate_images": 256},
 }
 RETRAIN = {"space": TINY["space"], "data": {"train_subset": 128, "search_val": 64, "calibration": 64},
            "retrain": {"epochs": 1, "batch_size": 32, "threads": 1, "eval_batch_size": 2000}}

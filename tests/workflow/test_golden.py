@@ -1,8 +1,10 @@
 """Golden test: the MobileNet-v1 default's results are unchanged by refactors (docs/method.md D44, D45).
 
 The tiny run (tests/tiny_workflow.py: the default's mobilenet_v1_fmnist family on the synthetic and flops devices)
-is deterministic but for its wall-clock columns. tests/snapshots/golden_tiny.json holds, per artifact of that run as
-the code before the one network path (D45) made it, one sha256 over every parquet column (wall-clock columns left
+is deterministic but for its wall-clock columns. It is made the hard way (SIGKILLed mid-training and resumed), so
+this test also shows that a killed and resumed workflow ends where an uninterrupted one does.
+tests/snapshots/golden_tiny.json holds, per artifact of that run as the code before the one network path (D45) made
+it in one uninterrupted run, one sha256 over every parquet column (wall-clock columns left
 out) or over every tensor of a torch file (weights, optimiser and BN state: bitwise; a state dict's parameters by
 position, so that renaming them changes nothing), and a summary of its values (each numeric column's size, sum, sum
 of squares, minimum and maximum; the sum and sum of squares of each torch file entry's tensors).
@@ -116,7 +118,7 @@ def test_the_mobilenet_v1_default_is_unchanged(tiny_run):
     now, values = digest(tiny_run)
     same_platform = gold["platform"] == platform()
     paths = list(gold["files"])
-    assert len(paths) > 100
+    assert len(paths) > 80
     missing = [p for p in paths if p not in now]
     assert not missing, f"artifacts the golden run had and this one lacks: {missing}"
     exact = [p for p in paths if same_platform or p.startswith(TORCH_FREE)]

@@ -9,14 +9,11 @@ import pytest
 import torch
 import yaml
 from tiny_workflow import (
-    PRE,
     RETRAINED,
     ROOT,
     SNAKEFILE,
     TINY,
-    bar_start,
     copy_run,
-    kill_mid_ows_training,
     planned,
     smk,
 )
@@ -69,7 +66,7 @@ def test_tiny_end_to_end_run_writes_every_artifact(tiny_run):
         "results/supernet/ows/metrics.parquet": "train_metrics",
         "results/supernet/aows/synth/range:0.5/unaries.parquet": "unaries",
         "results/decisions/synth/ows/range:0.3.parquet": "decisions",
-        "results/decisions/flops/aows/range:0.5.parquet": "decisions",
+        "results/decisions/synth/aows/range:0.5.parquet": "decisions",
         "results/supernet/ows/greedy_trajectory.parquet": "greedy_trajectory",
         "results/decisions/synth/greedy/range:0.5.parquet": "decisions",
         "results/decisions/flops/uniform/range:0.3.parquet": "decisions",
@@ -94,10 +91,13 @@ def test_tiny_end_to_end_run_writes_every_artifact(tiny_run):
         assert (wd / f"results/pareto_{dev}.pdf").stat().st_size > 1000 and (wd / f"results/pareto_{dev}.png").exists()
         for plot in ("latency", "configurations", "training", "proxy"):
             assert (wd / f"results/plots/{dev}/{plot}.pdf").stat().st_size > 1000
-    # every finalist of a device is in its table: 4 methods × 2 decode targets + aows at its 1 target ... deduplicated
-    rows = io.read_table(wd / "results/pareto_flops.parquet", "pareto")[0].to_pylist()
+    # every finalist of a device is in its table: ows, greedy and uniform at every target of the device (its decode
+    # targets and its AOWS targets), AOWS at its own; flops has one decode target of its own and no AOWS target
+    rows = io.read_table(wd / "results/pareto_synth.parquet", "pareto")[0].to_pylist()
     assert {(r["method"], r["target"]) for r in rows} == {
         *((m, t) for m in ("ows", "greedy", "uniform") for t in ("range:0.3", "range:0.8", "range:0.5")), ("aows", "range:0.5")}
+    rows = io.read_table(wd / "results/pareto_flops.parquet", "pareto")[0].to_pylist()
+    assert {(r["method"], r["target"]) for r in rows} == {(m, "range:0.3") for m in ("ows", "greedy", "uniform")}
     assert all(r["meets_target_predicted"] for r in rows)
     assert all(r["measured_ms"] == pytest.approx(r["predicted_ms"], rel=1e-9) for r in rows)  # flops: exact
     assert (wd / "results/lut/synth/validation.png").exists()
@@ -123,7 +123,8 @@ def test_finalists_that_decided_one_network_share_one_training_per_seed(tiny_run
     from aows_core.config import net_key, retrain_seeds, space_from_config, validate
 
     finalists = _finalist_results(tiny_run)
-    assert len(finalists) == 2 * 10 * len(retrain_seeds(validate(TINY)))  # (3 methods × 3 targets + aows) × 2 devices
+    # synth: 3 methods × 3 targets + aows; flops: 3 methods × 1 target
+    assert len(finalists) == (10 + 3) * len(retrain_seeds(validate(TINY)))
     nets = {}
     for rel, (row, meta) in finalists.items():
         device, method, target, seed = rel.split("/")[2:6]
@@ -138,13 +139,13 @@ def test_finalists_that_decided_one_network_share_one_training_per_seed(tiny_run
     assert trained == set(nets)  # no network trained that no finalist decided
     assert max(map(len, nets.values())) >= 2  # twins (uniform at range:0.5 and range:0.8, at least) …
     log = (tiny_run / "tiny_run.log").read_text()
-    assert log.count("rule retrain_net:") == len(nets) < len(finalists)  # … trained once
+    assert log.count("(Rule: retrain_net)") == len(nets) < len(finalists)  # … trained once (jobs that finished)
 
     # Greedy and uniform both decide the largest network at a target above it: with two retraining seeds, that
     # network trains once per seed for the four (method, seed) results.
     wd = copy_run(tiny_run, tmp_path / "seeds")
     cfg = json.loads(json.dumps(TINY))
-    cfg["decode"]["device_targets"] = {"flops": [*TINY["decode"]["targets"], "100000mflops"]}
+    cfg["decode"]["device_targets"]["flops"].append("100000mflops")
     cfg["retrain"]["seeds"] = [0, 1]
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
     space = space_from_config(validate(cfg))
@@ -174,8 +175,8 @@ def test_infeasible_target_fails_before_any_training(tiny_run, tmp_path):
     cfg = json.loads(json.dumps(TINY))
     cfg["aows"]["targets"] = ["0.00001ms"]
     cfg["devices"] = {"synth": TINY["devices"]["synth"]}
+    cfg["decode"]["device_targets"] = cfg["aows"]["device_targets"] = {}  # flops's: no such device here
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    import shutil
 
     shutil.copytree(tiny_run / "results/lut", tmp_path / "results/lut")
     shutil.copytree(tiny_run / "results/latency", tmp_path / "results/latency")
@@ -209,50 +210,21 @@ def test_second_run_does_nothing_and_a_setting_reruns_only_its_stages(tiny_run):
 
 
 def test_a_killed_run_completes_with_rerun_incomplete_without_redoing_finished_stages(pareto_run):
-    """The quick-start-like run was SIGKILLed mid-training and completed with --rerun-incomplete (conftest)."""
+    """The quick start's run was SIGKILLed mid-training and completed with --rerun-incomplete (tiny_runs). That it
+    ends with the artifacts of an uninterrupted run is test_golden's check of the tiny run it grew into."""
     killed = json.loads((pareto_run / "killed.json").read_text())
     # the kill landed mid-training: it ended Snakemake, the OWS supernet had written a resume checkpoint, not its model
     assert killed["killed_by_signal"] and not killed["model_written"] and killed["checkpoint"] is not None
     epoch, step = killed["checkpoint"]
-    steps = PRE["data"]["train_subset"] // PRE["supernet"]["batch_size"]  # an epoch's steps
-    total = PRE["supernet"]["epochs"] * steps
+    steps = TINY["data"]["train_subset"] // TINY["supernet"]["batch_size"]  # an epoch's steps
+    total = TINY["supernet"]["epochs"] * steps
     assert 0 < epoch * steps + step < total
     # the rerun's job resumed from that checkpoint (its progress bar starts there), not from step 0
     assert killed["resumed_at"] == [epoch * steps + step, total]
-    assert killed["lut_kept"] and not killed["reprofiled"]  # profiling and the LUT were not redone
+    # the jobs that had finished before the kill (sampling, at least) were not redone, their outputs kept
+    assert "results/latency/configs.parquet" in killed["finished"] and killed["kept"] and killed["redone"] == []
     assert (pareto_run / "results/pareto_synth.pdf").exists()
     assert [p for p in (pareto_run / "results/.resume").rglob("*") if p.is_file()] == []
-
-
-def test_a_killed_run_resumed_by_snakemake_ends_with_the_artifacts_of_an_uninterrupted_run(tiny_run, tmp_path):
-    """Part of the tiny run (the OWS supernet, a decision from it, a uniform finalist retrained beside it), SIGKILLed
-    (the whole job tree) mid-way through the supernet's training and completed with `--rerun-incomplete`, ends with
-    exactly tiny_run's artifacts: every column but the wall-clock ones, every tensor (test_golden's digest). The
-    profiling and the LUT are copied from tiny_run, as for pareto_run, to keep it short."""
-    from test_golden import digest
-
-    wd = tmp_path / "killed"
-    wd.mkdir()
-    (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
-    for d in ("latency", "lut"):
-        shutil.copytree(tiny_run / "results" / d, wd / "results" / d)
-    targets = ["results/decisions/synth/ows/range:0.3.parquet",
-               "results/retrain/synth/uniform/range:0.3/seed0/result.parquet"]
-    killed = kill_mid_ows_training(wd, *targets, cores=2)
-    assert killed["killed_by_signal"] and not killed["model_written"] and killed["checkpoint"] is not None
-    r = smk(wd, "--rerun-incomplete", *targets, check=False)
-    assert r.returncode == 0, r.stderr[-3000:]
-    steps = TINY["data"]["train_subset"] // TINY["supernet"]["batch_size"]
-    epoch, step = killed["checkpoint"]
-    resumed_at = bar_start((wd / "results/logs/train_ows.log").read_text(), "supernet ows")
-    assert resumed_at == (epoch * steps + step, TINY["supernet"]["epochs"] * steps) and resumed_at[0] > 0
-    made, fresh = digest(wd)[0], digest(tiny_run)[0]
-    made = {p: h for p, h in made.items() if not p.startswith(("results/latency/", "results/lut/"))}
-    ows = [f"results/supernet/ows/{f}" for f in ("unaries.parquet", "metrics.parquet", "model.pt",
-                                                    "checkpoints/after_1.pt", "checkpoints/after_2.pt")]
-    assert set(ows + targets) <= set(made), sorted(made)
-    assert [p for p, h in made.items() if h != fresh.get(p)] == []  # the artifacts that differ
-    assert [p for p in (wd / "results/.resume").rglob("*") if p.is_file()] == []
 
 
 def test_report_holds_every_plot_with_its_caption(tiny_run):
@@ -273,54 +245,45 @@ def test_a_finished_job_leaves_no_resume_state(tiny_run):
 WALL_CLOCK = {"seconds", "images_per_s", "train_seconds", "t_start_s", "timed_s", "overhead_s", "solve_s"}
 
 
-def _tables(wd, names=None):
+def _rows(path) -> str:
+    """A table's rows but for its wall-clock columns, as comparable text (NaN equals NaN)."""
     import pyarrow.parquet as pq
 
-    out = {}
-    for path in sorted((wd / "results").rglob("*.parquet")):
-        rel = str(path.relative_to(wd))
-        if names is None or rel in names:
-            t = pq.read_table(path).replace_schema_metadata(None)
-            out[rel] = t.drop_columns([c for c in t.column_names if c in WALL_CLOCK])
-    return out
+    t = pq.read_table(path)
+    return json.dumps(t.drop_columns([c for c in t.column_names if c in WALL_CLOCK]).to_pylist(), default=str)
 
 
-def test_a_changed_setting_reruns_exactly_its_jobs_and_equals_a_fresh_run(pareto_run, tiny_run, tmp_path):
+def test_a_changed_setting_reruns_exactly_its_jobs_and_equals_a_fresh_run(tiny_run, tmp_path):
     """Regression: raising supernet.epochs (and a retraining setting) on a finished run failed on the old resume
-    state after Snakemake had deleted the old outputs. The quick-start-like run (PRE) changed to TINY's settings
-    ends with the tables and weights of tiny_run, the fresh run of TINY."""
-    wd = copy_run(pareto_run, tmp_path / "changed")
-    (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
-    target = "results/pareto_synth.pdf"
-    plan = planned(smk(wd, "-n", target).stdout)
+    state after Snakemake had deleted the old outputs. On a copy of the tiny run, other supernet and retraining
+    settings plan exactly their jobs; a finalist retrained under them, then under TINY's again, ends with the table
+    and weights of tiny_run, the fresh run of TINY. (The supernet stage's own test of settings changed under its
+    resume state: tests/stages/test_train.py.)"""
+    wd = copy_run(tiny_run, tmp_path / "changed")
+    other = {**TINY, "supernet": {**TINY["supernet"], "batch_size": 128}, "retrain": {**TINY["retrain"], "batch_size": 128}}
+    (wd / "config.yaml").write_text(yaml.safe_dump(other))
+    plan = planned(smk(wd, "-n", "results/pareto_synth.pdf").stdout)
     # retrain_net: the networks of the unchanged uniform decisions (the others are known once decided)
     assert set(plan) == {"train_ows", "train_aows", "greedy_trajectory", "decode", "decide_baseline", "retrain_net",
                          "retrain", "measure", "proxy", "pareto"}, plan
     assert plan["decide_baseline"] == 3  # greedy reads the new trajectory; uniform reads only the LUT
+    finalist = "results/retrain/synth/uniform/range:0.3/seed0"
     uniform = wd / "results/decisions/synth/uniform/range:0.3.parquet"
     lut = wd / "results/lut/synth/lut.parquet"
     before = {p: p.stat().st_mtime_ns for p in (uniform, lut)}
-    r = smk(wd, target, check=False)
-    assert r.returncode == 0, r.stderr[-3000:]
+    retrained = {}
+    for settings in (other, TINY):
+        (wd / "config.yaml").write_text(yaml.safe_dump(settings))
+        assert planned(smk(wd, "-n", f"{finalist}/result.parquet").stdout) == {"retrain_net": 1, "retrain": 1}
+        r = smk(wd, f"{finalist}/result.parquet", check=False)
+        assert r.returncode == 0, r.stderr[-3000:]
+        retrained[settings is TINY] = _rows(wd / finalist / "result.parquet")
     assert {p: p.stat().st_mtime_ns for p in before} == before
     assert [p for p in (wd / "results/.resume").rglob("*") if p.is_file()] == []
-    a, fresh = _tables(wd), _tables(tiny_run)
-    # every table of the synthetic device's results is there; the only extras are the trainings of networks that
-    # PRE decided and TINY does not (Snakemake leaves files outside the plan alone)
-    synth = {n for n in fresh if "flops" not in n and not n.startswith("results/retrain/nets/")}
-    assert synth <= set(a), sorted(synth - set(a))
-    assert all(n.startswith("results/retrain/nets/") for n in set(a) - set(fresh)), sorted(set(a) - set(fresh))
-    b = {n: fresh[n] for n in set(a) & set(fresh)}
-    same = lambda x, y: x == y or (x != x and y != y)  # NaN (a one-seed spread, a constant proxy) equals NaN
-    differ = {name: [c for c in table.column_names
-                     if not all(map(same, a[name].column(c).to_pylist(), table.column(c).to_pylist()))]
-              for name, table in b.items()}
-    assert {k: v for k, v in differ.items() if v} == {}
+    assert retrained[True] == _rows(tiny_run / finalist / "result.parquet") != retrained[False]
     weights = lambda p: torch.load(p, weights_only=False)["model"]
-    for rel in ("results/supernet/ows/model.pt", "results/supernet/aows/synth/range:0.5/model.pt",
-                "results/retrain/synth/aows/range:0.5/seed0/model.pt"):
-        wa, wb = weights(wd / rel), weights(tiny_run / rel)
-        assert all(torch.equal(wa[k], wb[k]) for k in wb), rel
+    wa, wb = weights(wd / finalist / "model.pt"), weights(tiny_run / finalist / "model.pt")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wb)
 
 
 def test_a_forced_rerun_of_profile_times_every_network_again(tiny_run, tmp_path):
@@ -348,7 +311,8 @@ def test_a_forced_rerun_of_profile_times_every_network_again(tiny_run, tmp_path)
 
 def test_an_infeasible_target_stops_a_fresh_run_before_any_training(tmp_path):
     """Regression: on a fresh run, the OWS supernet and the greedy trajectory trained before check_target failed."""
-    cfg = {**TINY, "devices": {"synth": TINY["devices"]["synth"]}, "aows": {**TINY["aows"], "targets": ["0.001ms"]}}
+    cfg = {**TINY, "devices": {"synth": TINY["devices"]["synth"]}, "decode": {"targets": TINY["decode"]["targets"]},
+           "aows": {**TINY["aows"], "targets": ["0.001ms"], "device_targets": {}}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     r = smk(tmp_path, "decisions", check=False)
     assert r.returncode != 0
@@ -359,7 +323,7 @@ def test_an_infeasible_target_stops_a_fresh_run_before_any_training(tmp_path):
 
 def test_an_added_target_reruns_neither_the_ows_supernet_nor_the_greedy_trajectory(tiny_run):
     cfg = json.loads(json.dumps(TINY))
-    cfg["decode"]["device_targets"] = {"synth": ["range:0.3", "range:0.8", "1000ms"]}  # an absolute one: checked
+    cfg["decode"]["device_targets"]["synth"] = ["range:0.3", "range:0.8", "1000ms"]  # an absolute one: checked
     (tiny_run / "config.yaml").write_text(yaml.safe_dump(cfg))
     try:
         plan = planned(smk(tiny_run, "-n", "all").stdout)
@@ -379,5 +343,5 @@ def test_config_overlays_on_the_command_line_and_an_empty_aows_list(tmp_path):
     assert "train_aows" not in plan and plan["train_ows"] == 1 and plan["proxy"] == 2
     from aows_core.config import retrain_seeds, validate
 
-    # ows, greedy, uniform at the two decode targets, on both devices, for every retraining seed
-    assert plan["retrain"] == 2 * 3 * 2 * len(retrain_seeds(validate(TINY)))
+    # ows, greedy, uniform at synth's two decode targets and flops's one, for every retraining seed
+    assert plan["retrain"] == 3 * (2 + 1) * len(retrain_seeds(validate(TINY)))
