@@ -14,7 +14,7 @@ results/pareto_cpu.png (the figure), and Snakemake's own log of the run that mad
 (RUN_DIR/.snakemake/log/*.snakemake.log: its first and last timestamps give the wall time). The three tables, and
 what the script read from the log (run.json), are copied into docs/default_run/, which is committed: `--check`
 needs nothing else. README.md's generated parts lie between `<!-- default-result:start -->` and
-`<!-- default-result:end -->` (the table, a few sentences and the one provenance line) and between
+`<!-- default-result:end -->` (the table, a few lines on it, a glossary and the one provenance line) and between
 `<!-- default-time:start -->` and `<!-- default-time:end -->` (the quick start's stated time).
 """
 
@@ -187,26 +187,32 @@ def render(store: Path = STORE) -> dict[str, str]:
     test_n = max(r["test_n"] for r in rows)
     threads = spec.get("threads", 1)
     interval = "a 95 % t-interval" if seeds > 1 else "a 95 % Wilson interval"
-    sentences = [
-        f"`{run['command']}` ran in **{_duration(run['wall_s'])}** from an empty `results/` on {run['cores']} cores, "
-        f"set-up excluded.",
-        f"The {spec.get('backend', DEVICE)} latency table (batch {spec.get('batch_size', 1)}, {threads} "
-        f"thread{'s' if threads != 1 else ''}) predicts {n_lut} held-out networks with an RMS error of "
-        f"{_pct(a['rel_rms'])} % against a timing noise σ_n of {_pct(a['sigma_n'])} % (verdict `{a['verdict']}`; "
-        f"95 % of them ran within {100 * (a['ratio_low'] - 1):+.1f} … {100 * (a['ratio_high'] - 1):+.1f} % of "
-        f"their prediction).",
-        f"{pmeta.get('targets_met_predicted')} of {len(rows)} finalists meet their target as predicted and "
-        f"{pmeta.get('targets_met_measured')} as measured in a separate session (median of "
-        f"{mmeta.get('rounds')} rounds); {within5} of {len(measured)} ran within 5 % of their prediction.",
-        f"Top-1 is the mean over {seeds} retraining seed{'s' if seeds > 1 else ''} on the {test_n:,} test images "
-        f"with {interval}; {_comparison(pmeta)}.",
+    bullets = [
+        f"**Cost**: `{run['command']}` ran in **{_duration(run['wall_s'])}** from an empty `results/` on "
+        f"{run['cores']} cores, set-up excluded.",
+        f"**Latency table** ({spec.get('backend', DEVICE)}, batch {spec.get('batch_size', 1)}, {threads} "
+        f"thread{'s' if threads != 1 else ''}): on {n_lut} held-out networks its RMS error is {_pct(a['rel_rms'])} % "
+        f"against a timing noise σ_n of {_pct(a['sigma_n'])} % (verdict `{a['verdict']}`); 95 % of them ran within "
+        f"{100 * (a['ratio_low'] - 1):+.1f} … {100 * (a['ratio_high'] - 1):+.1f} % of their prediction.",
+        f"**Targets**: {pmeta.get('targets_met_predicted')} of {len(rows)} finalists meet their target as predicted, "
+        f"{pmeta.get('targets_met_measured')} as measured in a separate session (median of {mmeta.get('rounds')} "
+        f"rounds); {within5} of {len(measured)} ran within 5 % of their prediction.",
+        f"**Accuracy**: top-1 is the mean over {seeds} retraining seed{'s' if seeds > 1 else ''} on the {test_n:,} "
+        f"test images with {interval}; {_comparison(pmeta)}.",
     ]
     if pmeta.get("n_too_noisy"):
-        sentences.append(f"⚠: {pmeta['n_too_noisy']} finalists were timed on a device too noisy for the gate.")
+        bullets.append(
+            f"⚠ **A noisy timing session**: in the measure session the finalists' timings varied by "
+            f"{_pct(mmeta['round_noise'])} % from round to round, above the {_pct(mmeta['max_noise'], 0)} % gate "
+            f"(the table's profiling: σ_n {_pct(a['sigma_n'])} %), so each ⚠ measurement is less certain than its "
+            f"prediction; close other programs and rerun `measure` ([docs/timing-protocol.md](docs/timing-protocol.md)).")
+    glossary = ("σ_n: a network's test–retest timing noise; MMAC: millions of multiply-accumulates per image; OWS: "
+                "the optimal widths on the uniformly trained supernet (§5); AOWS: on a supernet trained further "
+                "around each target (§6); greedy: AutoSlim-style slimming; uniform: one width multiplier (§3).")
     cpu = f"{fp.get('cpu_count', '?')}-core {fp.get('machine', '')} ({fp.get('cpu_model', 'unknown CPU')})"
-    provenance = (f"Provenance: commit {run.get('commit') or 'unrecorded'}, {run['start'][:10]}, {cpu}, "
-                  f"torch {fp.get('torch', '?')}, aows {pmeta.get('aows_version', '?')}.")
-    block = "\n".join([*lines, "", " ".join(sentences), "", provenance])
+    provenance = (f"Provenance: {run['start'][:10]}, {cpu}, torch {fp.get('torch', '?')}, "
+                  f"aows {pmeta.get('aows_version', '?')}.")
+    block = "\n".join([*lines, "", *(f"- {b}" for b in bullets), "", glossary, "", provenance])
     return {"default-result": block, "default-time": f"about {round(run['wall_s'] / 60)} minutes"}
 
 

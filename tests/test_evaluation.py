@@ -104,6 +104,17 @@ def test_ranking_reliability_resolves_only_what_the_seeds_allow():
     assert ranking_reliability(_ranked(acc[:2], 0.01), {"mmacs": acc[:2]}) == ({}, "")
 
 
+@pytest.mark.parametrize("level", [0.9, 0.95, 0.99])
+def test_wilson_interval_is_scipys(level):
+    """The interval is scipy's binomtest Wilson interval (the reference), bitwise, at every k of small and large n."""
+    from scipy.stats import binomtest
+
+    for n in (1, 2, 7, 100, 10_000):
+        for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+            ci = binomtest(k, n).proportion_ci(confidence_level=level, method="wilson")
+            assert wilson_interval(k, n, level) == (ci.low, ci.high), (k, n)
+
+
 def test_wilson_interval_and_training_rows():
     lo, hi = wilson_interval(80, 100)
     assert lo < 0.8 < hi

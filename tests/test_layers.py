@@ -1,4 +1,4 @@
-"""The house's import contract (issue "One house"; README, Layout): layers, no cycles, pure math layers.
+"""The house's import contract (issue "One house"; docs/extending.md, Where things live): layers, no cycles, pure math layers.
 
 cli → stages → {training, report} → artifacts → {search, latency, devices, evaluation} → {nets, data}
 → config → space → kinds (the layer kinds: their torch and onnx parts are imported by the methods that build and

@@ -30,9 +30,11 @@ TINY = {
     "lut": {"lambdas": [0.0, 1e-3, 1e-1]},
     "decode": {"targets": ["range:0.3", "range:0.8"], "device_targets": {"flops": ["range:0.3"]}},
     "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
-    # the unaries' estimation pass at a tenth of its default size: three quarters of the supernet's time otherwise
+    # the unaries' estimation passes at a fourth to a tenth of their default sizes: three quarters of a supernet's
+    # training time otherwise
     "supernet": {"epochs": 2, "batch_size": 64, "estimate_configs": 100, "estimate_images": 256},
-    "aows": {"warmup_epochs": 1, "targets": ["range:0.5"], "device_targets": {"flops": []}},
+    "aows": {"warmup_epochs": 1, "targets": ["range:0.5"], "device_targets": {"flops": []}, "estimate_configs": 20,
+             "final_configs": 100},
     "greedy": {"n_eval": 64, "n_cal": 64, "batch_size": 64},
     "retrain": {"epochs": 1, "batch_size": 64, "eval_batch_size": 2000, "seeds": [0]},
 }

@@ -170,11 +170,15 @@ def test_measure_rejects_config_outside_space(backend):
 
 
 def test_real_backends_time_wider_networks_slower():
+    """The minimum over interleaved rounds (D42's statistic): another process on the cores only adds time, so a burst
+    of it during one network's timings cannot invert the order (regression: the medians of one round each did)."""
     for backend in ("torch-cpu", "onnxruntime"):
         dev = get_device(spec(backend), FMNIST, 0)
-        lo = np.median(dev.measure(FMNIST.min_config, 7, 1, 0).samples)
-        hi = np.median(dev.measure(FMNIST.max_config, 7, 1, 0).samples)
-        assert hi > 1.5 * lo, backend
+        lo, hi = [], []
+        for _ in range(3):
+            lo.extend(dev.measure(FMNIST.min_config, 7, 1, 0).samples)
+            hi.extend(dev.measure(FMNIST.max_config, 7, 1, 0).samples)
+        assert min(hi) > 1.5 * min(lo), backend
 
 
 def test_fingerprint_records_settings():

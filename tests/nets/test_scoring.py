@@ -18,8 +18,8 @@ torch.set_num_threads(1)
 SPACES = {
     "mobilenet_v2_fmnist": lambda: get_space("mobilenet_v2_fmnist"),
     "resnet_fmnist": lambda: get_space("resnet_fmnist", n_choices=3, width_mult=0.5),
-    "mobilenet_v1_fmnist": lambda: get_space("mobilenet_v1_fmnist", n_choices=3, width_mult=0.5),  # the chain
-    "mobilenet_v2_small": lambda: get_space("mobilenet_v2_fmnist", n_choices=3, width_mult=0.5),  # a short greedy
+    "mobilenet_v1_fmnist": lambda: get_space("mobilenet_v1_fmnist", n_choices=2, width_mult=0.5),  # the chain
+    "mobilenet_v2_small": lambda: get_space("mobilenet_v2_fmnist", n_choices=2, width_mult=0.5),  # a short greedy
 }
 
 

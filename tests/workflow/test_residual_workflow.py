@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 CONFIG = {**TINY, "space": {"preset": "resnet_fmnist", "n_choices": 3, "width_mult": 0.5},
           "devices": {"synth": {"backend": "synthetic", "noise": 0.01, "drift": 0.1}},
-          "decode": {"targets": ["range:0.4"]}, "aows": {"warmup_epochs": 1, "targets": ["range:0.4"]}}
+          "decode": {"targets": ["range:0.4"]}, "aows": {**TINY["aows"], "targets": ["range:0.4"], "device_targets": {}}}
 EXPORT = "results/export/synth/aows/range:0.4/seed0/model.onnx"
 
 
