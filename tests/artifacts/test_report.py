@@ -76,6 +76,20 @@ def test_result_figures(tmp_path):
     _figure(report.proxy_check(proxy, meta), tmp_path)
 
 
+def test_the_pareto_figure_s_noise_banner_clears_its_legend_and_points():
+    """Regression (issue 42): the "too noisy" banner lay under the legend, both in the lower right."""
+    rows = [{**r, "too_noisy": True} for r in _rows()]
+    fig = report.pareto_front(rows, {"device": "cpu", "unit": "ms", "targets_met_measured": 4, "n": len(rows)})
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    (banner,) = [t for t in ax.texts if "TOO NOISY" in t.get_text()]
+    box = banner.get_window_extent(renderer)
+    assert not box.overlaps(ax.get_legend().get_window_extent(renderer))
+    points = ax.transData.transform([(r["measured_ms"], 100 * r["test_acc"]) for r in rows])
+    assert not any(box.contains(x, y) for x, y in points)
+
+
 def test_methods_are_drawn_and_listed_in_the_order_of_config_methods():
     rows = list(reversed(_rows())) + [{**_rows()[0], "method": "zz_other"}]
     assert [m for m, _ in report._by_method(rows)] == [*METHODS, "zz_other"]
