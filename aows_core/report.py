@@ -85,9 +85,8 @@ def lut_validation(meas: np.ndarray, pred: np.ndarray, base: np.ndarray, meta: M
 def _noisy_banner(ax, corner: bool = False) -> None:
     """Mark a plot whose timings failed the noise gate (D27): along the bottom, or (`corner`) in the upper left."""
     where = dict(x=0.02, y=0.98, ha="left", va="top") if corner else dict(x=0.5, y=0.02, ha="center", va="bottom")
-    ax.text(s="DEVICE TOO NOISY: timings failed\nthe noise gate" if corner else
-            "DEVICE TOO NOISY: timings failed the noise gate", transform=ax.transAxes, fontsize=8, color="tab:red",
-            weight="bold", **where)
+    ax.text(s="DEVICE TOO NOISY: timings failed" + ("\n" if corner else " ") + "the noise gate", transform=ax.transAxes,
+            fontsize=8, color="tab:red", weight="bold", **where)
 
 
 def pareto_front(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> Figure:

@@ -157,7 +157,8 @@ def tiny_runs(tmp_path_factory) -> tuple[Path, Path]:
     wd = tmp_path_factory.mktemp("wf")
     (wd / "config.yaml").write_text(yaml.safe_dump(TINY))
     killed = kill_mid_ows_training(wd, wd / "killed_run.log", MAIN)
-    finished = finished_outputs((wd / "killed_run.log").read_text())  # by the jobs that ended before the kill
+    killed_log = (wd / "killed_run.log").read_text()
+    finished = finished_outputs(killed_log)  # by the jobs that ended before the kill
     before = {o: (wd / o).stat().st_mtime_ns for o in finished}
     r = smk(wd, "--rerun-incomplete", MAIN, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -165,7 +166,7 @@ def tiny_runs(tmp_path_factory) -> tuple[Path, Path]:
         **killed, "finished": sorted(before), "kept": all((wd / o).stat().st_mtime_ns == t for o, t in before.items()),
         "redone": sorted(set(before) & {o for outs in job_outputs(r.stdout + r.stderr).values() for o in outs}),
         "resumed_at": bar_start((wd / "results/logs/train_ows.log").read_text(), "supernet ows")}))
-    logs = (wd / "killed_run.log").read_text() + r.stdout + r.stderr
+    logs = killed_log + r.stdout + r.stderr
     pareto = copy_run(wd, tmp_path_factory.mktemp("pareto_run") / "run")
     r = smk(wd, "all", "latency_models", "decisions", *RETRAINED, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
