@@ -1,5 +1,6 @@
 """Every latency-side mechanism switched off alone, on fresh profiling sessions of the default space
-(docs/method.md, "What was removed, and the figure that decided it"; bench/README.md, "What the latency side keeps").
+(docs/experiments.md, "Mechanisms removed, and the measurement that decided each"; bench/README.md, "What the
+latency side keeps").
 
 `sessions`: profiles the default config's configurations on each device, `--sessions` times, alternating devices,
 under the config's protocol with every mechanism on, and keeps each session's journal (every timing, re-timings

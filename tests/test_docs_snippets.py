@@ -168,3 +168,30 @@ def test_no_page_mentions_a_removed_setting():
              ROOT / "aows_core" / "schemas" / "config.schema.yaml"]
     found = [(p.name, s) for p in pages for s in STALE if s in p.read_text(encoding="utf-8")]
     assert not found, f"removed settings or stale phrases: {found}"
+
+
+# ----------------------------------------------------------------------------- links
+
+MARKDOWN = sorted([ROOT / "README.md", ROOT / "bench" / "README.md", *(ROOT / "docs").glob("*.md")])
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    heads = re.findall(r"^#+ (.+)$", FENCE.sub("", page.read_text(encoding="utf-8")), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+
+@pytest.mark.parametrize("page", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
+def test_links_resolve(page):
+    """Every relative link of the README, bench/README.md and docs/ names a file that exists, and its #anchor a
+    heading of that file."""
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    for link in LINK.findall(text):
+        if link.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        assert target.exists(), f"{page.name}: {link} names no file"
+        if anchor and target.suffix == ".md":
+            assert anchor in anchors(target), f"{page.name}: {link}: no heading #{anchor} in {target.name}"

@@ -124,12 +124,6 @@ def test_the_quick_start_commands_are_ci_s():
     assert "export PYTHON=/usr/bin/python3" in ci
 
 
-def test_readme_links_resolve():
-    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README):
-        if not target.startswith(("http://", "https://")):
-            assert (ROOT / target).exists(), target
-
-
 # ----------------------------------------------------------------------------- commands and snippets
 
 
