@@ -405,6 +405,15 @@ def layered(*layers: Mapping[str, Any] | None) -> dict:
     return out
 
 
+def workflow_config(configfiles: Sequence[str | Path] = (), overrides: Mapping[str, Any] | None = None,
+                    root: str | Path = ".") -> dict:
+    """The validated config a workflow run in `root` reads: config.yaml (when there), each `--configfile` in order,
+    then `--config` (`overrides`), merged by `layered` (the one rule for a user's own file, README)."""
+    base = Path(root) / "config.yaml"
+    files = ([base] if base.exists() else []) + [Path(f) for f in configfiles]
+    return validate(layered(*[read_file(f) for f in files], dict(overrides or {})))
+
+
 def _over(base: Mapping[str, Any], top: Mapping[str, Any], path: tuple[str, ...]) -> dict:
     merged = dict(base)
     for key, value in top.items():

@@ -642,7 +642,9 @@ Other files:
 - `results/pareto_{device}.pdf` and `.png`, `results/plots/{device}/*.pdf` and `.png`: the figures, each drawn from
   the parquet file beside it.
 - `results/logs/*.log`, `results/benchmarks/*.tsv`: each job's log and Snakemake's resource benchmark
-  (`python3 bench/stage_times.py` sums them per stage).
+  (`aows plan --actual` sums them per stage beside the plan).
+- `results/plan/calibration.json`: `aows plan`'s unit costs measured on this machine, each keyed by what it depends
+  on (docs/planning.md); `aows plan --recalibrate` measures them again.
 - `results/.resume/`: resume state of unfinished jobs (profiling journals, training checkpoints); not an output,
   removed when the job's outputs are written.
 

@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))  # aows_core from this checkout, installed or not
 
 from aows_core import artifacts as io  # noqa: E402
 from aows_core.config import METHODS  # noqa: E402  (the order of the results tables)
+from aows_core.plan import actual  # noqa: E402
 
 README = ROOT / "README.md"
 STORE = ROOT / "docs" / "default_run"
@@ -47,9 +48,6 @@ TABLES = (("pareto.parquet", f"results/pareto_{DEVICE}.parquet", "pareto"),
           ("validation.parquet", f"results/lut/{DEVICE}/validation.parquet", "lut_validation"),
           ("measure.parquet", f"results/measure/{DEVICE}.parquet", "measure"))
 BLOCKS = {"default-result": "block", "default-time": "inline"}
-
-STAMP = re.compile(r"^\[(\w{3} \w{3} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]\s*$", re.M)
-HEADER_DATE = re.compile(r"^\s*Date: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s*$", re.M)
 
 
 class ResultError(RuntimeError):
@@ -72,13 +70,11 @@ def snakemake_log(run: Path) -> tuple[Path, str]:
 
 
 def wall_time(text: str) -> tuple[datetime, datetime]:
-    """First and last timestamps of a Snakemake log: the header's `Date:` (else the first job's) and the last job's."""
-    stamps = [datetime.strptime(s, "%a %b %d %H:%M:%S %Y") for s in STAMP.findall(text)]
-    if not stamps:
-        raise ResultError("the Snakemake log has no job timestamps")
-    head = HEADER_DATE.search(text)
-    start = datetime.strptime(head.group(1), "%Y-%m-%d %H:%M:%S") if head else stamps[0]
-    return min(start, stamps[0]), stamps[-1]
+    """First and last timestamps of a Snakemake log (`aows_core.plan.actual.wall_time`)."""
+    try:
+        return actual.wall_time(text)
+    except ValueError as e:
+        raise ResultError(str(e)) from None
 
 
 def git_commit(run: Path) -> str | None:

@@ -1,6 +1,6 @@
 """The house's import contract (issue "One house"; docs/extending.md, Where things live): layers, no cycles, pure math layers.
 
-cli → stages → {training, report} → artifacts → {search, latency, devices, evaluation} → {nets, data}
+cli → stages → plan → {training, report} → artifacts → {search, latency, devices, evaluation} → {nets, data}
 → config → space → kinds (the layer kinds: their torch and onnx parts are imported by the methods that build and
 run networks, so importing the package loads neither). A module may import its own package and any layer below its own; devices may use
 nets, and latency's coverage sampler (supplementary A) uses search's chain Viterbi. Walks every module's imports with `ast` (top-level and function-local)."""
@@ -16,6 +16,7 @@ PKG = Path(__file__).resolve().parents[1] / "aows_core"
 LAYERS = [
     {"cli"},
     {"stages"},
+    {"plan"},
     {"training", "report"},
     {"artifacts"},
     {"search", "latency", "devices", "evaluation"},

@@ -66,6 +66,18 @@ def width_signal_note(z: float | None) -> str | None:
     return None
 
 
+# Random configurations on which the proxy stage checks Σδ against the supernet itself (D25).
+SUM_DELTA_CHECKS = 100
+
+
+def check_configs(space: SearchSpace, seed: int) -> np.ndarray:
+    """(SUM_DELTA_CHECKS, n_layers) choice indices of the Σδ check (D25): uniform, from a seeded stream no training
+    or estimation pass draws from."""
+    from .sampler import uniform_layer_indices
+
+    return uniform_layer_indices(space, SUM_DELTA_CHECKS, np.random.default_rng([int(seed), 0xC4EC]))
+
+
 def sum_delta(unaries: Sequence[np.ndarray], idx: np.ndarray) -> float:
     """Σ_i δ_i(c_i) of a configuration's node indices (§5 eq. unaries; NaN if a width was never visited)."""
     return float(sum(u[int(k)] for u, k in zip(unaries, idx)))

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any, Mapping, Sequence
 
 COMMANDS = ("space", "sample", "profile", "fit_lut", "validate_lut", "decode", "check_target", "train_supernet",
-            "greedy", "decide_baseline", "retrain", "relabel", "export", "measure", "proxy", "pareto", "inspect")
+            "greedy", "decide_baseline", "retrain", "relabel", "export", "measure", "proxy", "pareto", "inspect", "plan")
 """The stage modules, in the order of `aows --help`."""
 
 

@@ -85,27 +85,21 @@ def _run(settings: Settings, inputs: Mapping[str, Any], outputs: Mapping[str, An
     return rows
 
 
-# Random configurations on which Σδ is checked against the supernet itself.
-N_CHECK = 100
-
-
 def unaries_check(space, u, scorer, seed: int, accel: Accelerator) -> dict[str, Any]:
-    """Does Σδ explain the supernet? Spearman between Σδ and the BN-recalibrated cross-entropy of N_CHECK random
+    """Does Σδ explain the supernet? Spearman between Σδ and the BN-recalibrated cross-entropy of SUM_DELTA_CHECKS random
     configurations (a seeded stream no training or estimation pass draws from), on the search-validation images."""
     import numpy as np
     from scipy.stats import spearmanr
 
-    from ..search.decisions import sum_delta
-    from ..search.sampler import uniform_layer_indices
+    from ..search.decisions import SUM_DELTA_CHECKS, check_configs, sum_delta
 
-    rng = np.random.default_rng([int(seed), 0xC4EC])
-    idx = uniform_layer_indices(space, N_CHECK, rng)
+    idx = check_configs(space, seed)
     n = scorer.n
     with accel.autocast():
         ce = [s[1] / n for s in scorer.score_many([space.layer_channels(i) for i in idx])]
     sd = [sum_delta(u, np.r_[0, i, 0]) for i in idx]
     rho = spearmanr(sd, ce)
-    return {"n_configs": N_CHECK, "spearman_sum_delta_vs_supernet_ce": float(rho.statistic),
+    return {"n_configs": SUM_DELTA_CHECKS, "spearman_sum_delta_vs_supernet_ce": float(rho.statistic),
             "p_value": float(rho.pvalue), "loss": "cross-entropy on the search-validation images, BN recalibrated"}
 
 

@@ -75,6 +75,8 @@ checkpoint decide_baseline:
         "results/decisions/{device}/{method}/{target}.parquet",
     log:
         "results/logs/decide_{device}_{method}_{target}.log",
+    benchmark:
+        "results/benchmarks/decide_baseline_{device}_{method}_{target}.tsv"
     wildcard_constraints:
         method="greedy|uniform",
     priority: 50  # a verified decision times alone: take both cores when they free, before retraining

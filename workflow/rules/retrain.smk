@@ -74,6 +74,8 @@ rule export:
         report="results/export/{device}/{method}/{target}/seed{seed}/export.json",
     log:
         "results/logs/export_{device}_{method}_{target}_seed{seed}.log",
+    benchmark:
+        "results/benchmarks/export_{device}_{method}_{target}_seed{seed}.tsv"
     wildcard_constraints:
         method="aows|ows|greedy|uniform",
         seed=r"\d+",

@@ -17,6 +17,8 @@ rule check_target:
         "results/targets/{device}/{target}.json",
     log:
         "results/logs/check_target_{device}_{target}.log",
+    benchmark:
+        "results/benchmarks/check_target_{device}_{target}.tsv"
     priority: 100
     conda:
         "../../envs/aows.yaml"
