@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 import yaml
-from tiny_workflow import ROOT, copy_run, planned, smk
+from tiny_workflow import ROOT, TINY, copy_run, planned, smk
 
 from aows_core import config as aows_config
 
@@ -225,19 +225,24 @@ def test_other_commands_run_or_dry_run(tmp_path):
             if part == "bash scripts/setup.sh" or part.startswith("python3 -m pytest"):
                 continue  # CI's own steps (test_the_quick_start_commands_are_ci_s)
             argv = shlex.split(part)
-            if argv[0] == "aows":
+            cwd = wd
+            if "mine.yaml" in argv:  # a user's own file beside the default config.yaml: the snippet that sets up
+                # the device whose Pareto the command builds
+                device = next(re.search(r"pareto_(\w+)\.pdf", a).group(1) for a in argv if "pareto_" in a)
+                mine = next(x for x in snippets() if device in x.get("devices", {}))
+                if argv[0] == "aows":  # a plan calibrates on this machine: over the tiny budget, in seconds
+                    cwd = workdir(tmp_path / "plan", config=TINY)
+                else:
+                    cwd = own if (own := tmp_path / "own").exists() else workdir(own)
+                (cwd / "mine.yaml").write_text(yaml.safe_dump(mine))
+            if argv[0] == "aows" and "NAME" in part:
+                continue  # a plan per preset: the one for a user's own file below runs the same way
+            if argv[0] == "aows":  # run: `aows plan` calibrates on this machine (tests/plan checks what it prints)
                 argv = [a.replace("FILE", "config.yaml") for a in argv]
-                r = subprocess.run(argv, capture_output=True, text=True, cwd=wd)
+                r = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
             elif "--rulegraph" in argv:
                 r = subprocess.run(argv, capture_output=True, text=True, cwd=wd)
             elif argv[0] == "snakemake":
-                cwd = wd
-                if "mine.yaml" in argv:  # a user's own file beside the default config.yaml: the snippet that sets
-                    # up the device whose Pareto the command builds
-                    device = next(re.search(r"pareto_(\w+)\.pdf", a).group(1) for a in argv if "pareto_" in a)
-                    mine = next(x for x in snippets() if device in x.get("devices", {}))
-                    cwd = own if (own := tmp_path / "own").exists() else workdir(own)
-                    (cwd / "mine.yaml").write_text(yaml.safe_dump(mine))
                 # NAME: one preset (test_presets dry-runs each the same way)
                 names = [sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))[0]] if "NAME" in part else [None]
                 for name in names:
