@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Mapping
 
 import numpy as np
@@ -193,11 +194,16 @@ class Costs:
             cur[max(movable, key=lambda i: (cur[i] / (counts[i] - 1), -i))] -= 1
         return self.start() + total
 
+    @cached_property
+    def extreme_macs(self) -> tuple[float, float]:
+        """MACs per image of the narrowest and the widest network."""
+        space = self.s.space
+        return float(_macs(space, space.min_config).sum()), float(_macs(space, space.max_config).sum())
+
     def scoring(self, macs: float) -> float:
         """One scoring from the input (§3, D22) of a network of `macs` MACs: between the narrowest's and the widest's
         calibrated scorings, by MACs."""
-        space = self.s.space
-        m_max, m_min = _macs(space, space.max_config).sum(), _macs(space, space.min_config).sum()
+        m_min, m_max = self.extreme_macs
         lo, hi = self.score_call("min"), self.score_call("max")
         return lo + (hi - lo) * (macs - m_min) / max(m_max - m_min, 1)
 
@@ -208,7 +214,7 @@ class Costs:
 
         g, d, space = self.s.greedy, self.s.data, self.s.space
         scale = (int(d.search_val) + int(d.calibration)) / (int(g.n_eval) + int(g.n_cal))
-        m_max, m_min = _macs(space, space.max_config).sum(), _macs(space, space.min_config).sum()
+        m_min, m_max = self.extreme_macs
         device = job.wildcards.get("device", "")
         finalists = [m_min + _range_share(t) * (m_max - m_min) for t in self.s.decode.targets_for(device)]
         finalists *= max(1, round(self.f.finalists.get(device, 0) / max(len(finalists), 1)))

@@ -120,13 +120,18 @@ def _clock(s: float) -> str:
     return f"{m // 60} h {m % 60:02d} min" if m >= 60 else f"{m} min"
 
 
+def cpu_seconds(res: Mapping[str, Any]) -> dict[str, float]:
+    """CPU seconds of each rule: its jobs' seconds × the CPUs each holds."""
+    return {r: sum(v) * min(res["threads"][r], res["cores"]) for r, v in res["per_rule"].items()}
+
+
 def table(res: Mapping[str, Any]) -> str:
     """The plan as a markdown table: per rule, jobs, minutes alone (each, all), share of the CPU time, and with
     the actual times, theirs and the ratio."""
     from ..plan.costs import MOVERS
 
     per_rule, actual = res["per_rule"], res.get("actual")
-    cpu = {r: sum(v) * min(res["threads"][r], res["cores"]) for r, v in per_rule.items()}
+    cpu = cpu_seconds(res)
     total_cpu = sum(cpu.values())
     head = "| stage | jobs | longest job [min] | all jobs [min] | CPU share |"
     rule = "|---|---|---|---|---|"
@@ -148,7 +153,7 @@ def table(res: Mapping[str, Any]) -> str:
 
 def report(res: dict[str, Any], args: argparse.Namespace) -> None:
     per_rule = res["per_rule"]
-    cpu = {r: sum(v) * min(res["threads"][r], res["cores"]) for r, v in per_rule.items()}
+    cpu = cpu_seconds(res)
     top = max(cpu, key=cpu.get)
     print(f"aows plan: {' '.join(res['targets'])} from scratch on {res['cores']} cores, config "
           f"{' then '.join(res['configfiles'])}")
