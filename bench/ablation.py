@@ -17,13 +17,15 @@ exclusion of disturbed timings) were variants of this script at commit af2c3b6, 
 Per variant: σ_n, held-out NRMSE, share within ±10 %, Kendall τ and profiling time (the timed jobs' seconds), per
 session and as median over sessions with the session-to-session spread (half the range).
 
-`finalists RUN`: the decisions of a default run (RUN/results/decisions/<device>/…), each timed as `measure` times it
-(paired rounds, corrected to the LUT's reference baseline) with the network it decided before verification (D36, the
-first row of its trace) in one session: finalists within 5 % of their prediction, verified and unverified.
+`finalists RUN`: the decisions of a run (RUN/results/decisions/<device>/…), each timed as `measure` times it (paired
+rounds, disturbed jobs timed again, corrected to the LUT's reference baseline) with the network it decided before
+verification (D36, the first row of its trace), in `--sessions` sessions: each session's noise across rounds with
+its re-timings merged as aows merges them and left out (no-retime), from the same timings; and the finalists within
+5 % of their prediction, verified and unverified.
 
     python bench/ablation.py sessions --sessions 4 --out /tmp/ablation        # ~20 min on 2 cores, alone
     python bench/ablation.py analyze /tmp/ablation --lean no-retime no-link    # the table again, no timing
-    python bench/ablation.py finalists /tmp/run --device cpu                   # after a default run in /tmp/run
+    python bench/ablation.py finalists /tmp/run --device cpu --sessions 4      # after a default run in /tmp/run
 """
 
 from __future__ import annotations
@@ -41,7 +43,15 @@ from aows_core.config import LutSettings, ProfilingSettings, load, space_from_co
 from aows_core.latency.fit import fit_table
 from aows_core.latency.lut import predict, split_sets
 from aows_core.latency.metrics import latency_metrics
-from aows_core.latency.protocol import correct, measure_plan, merge_retimed, retest_noise, time_jobs
+from aows_core.latency.protocol import (
+    correct,
+    measure_plan,
+    merge_retimed,
+    retest_noise,
+    retime_jobs,
+    round_noise,
+    time_jobs,
+)
 from aows_core.stages import sample
 from aows_core.stages.profile import run as profile
 
@@ -68,8 +78,8 @@ def run_sessions(cfg: dict, devices: list[str], n: int, out: Path) -> None:
                 t0 = time.perf_counter()
                 res = profile(cfg, {"configs": out / "configs.parquet"}, {"out": out / f"{name}.parquet"},
                               device=device, resume_dir=out / f"resume_{name}", progress=False)
-                print(f"{name}: σ_n {100 * res['sigma_n']:.2f} %, {res['total']} jobs, "
-                      f"{len(res['rounds']) or 1} round(s), {time.perf_counter() - t0:.0f} s", flush=True)
+                print(f"{name}: σ_n {100 * res['sigma_n']:.2f} %, {res['total']} jobs ({res['retimed']} timed "
+                      f"again), {time.perf_counter() - t0:.0f} s", flush=True)
     finally:
         journal.Journal.remove = keep
 
@@ -81,8 +91,8 @@ def timings(out: Path, name: str) -> list[dict]:
 
 
 def corrected(raw: list[dict], retime: bool = True) -> tuple[list[dict], float]:
-    """The session's corrected rows as `aows profile` writes them, re-timing left out unless `retime`; and the seconds
-    its timed jobs took."""
+    """The session's corrected rows as `aows profile` (or `measure`) writes them, re-timing left out unless `retime`;
+    and the seconds its timed jobs took."""
     plain = [dict(r) for r in raw if r["role"] != "retime"]
     again = [dict(r) for r in raw if r["role"] == "retime"] if retime else []
     seconds = sum(r["timed_s"] + r["overhead_s"] for r in plain + again)
@@ -151,11 +161,13 @@ def table(rows: list[dict]) -> None:
                   f"{cell('seconds', False, '.0f')} | {np.median(d):+.2f} ({d.min():+.2f} … {d.max():+.2f}) |")
 
 
-def finalists(run: Path, device: str, rounds: int) -> None:
-    """Verified and unverified finalists of a default run timed in one session as `measure` times them (D36)."""
+def finalists(run: Path, device: str, rounds: int, sessions: int, config: Path | None = None) -> None:
+    """Verified and unverified finalists of a default run timed as `measure` times them (D36), in `sessions` sessions:
+    each session's noise across rounds with its re-timings merged as aows does and left out; the finalists within
+    5 % of their prediction."""
     from aows_core.devices import get_device
 
-    cfg = load(run / "config.yaml")
+    cfg = load(config or run / "config.yaml")
     space = space_from_config(cfg)
     _, lmeta = artifacts.read_table(run / "results/latency" / f"{device}.parquet", "latency")
     decided = []
@@ -171,30 +183,39 @@ def finalists(run: Path, device: str, rounds: int) -> None:
                             "unverified": (tuple(t[0]["channels"]), t[0]["predicted_ms"])})
     nets = sorted({d[k][0] for d in decided for k in ("verified", "unverified")})
     protocol = ProfilingSettings.from_mapping(cfg["profiling"])
-    dev = get_device(dict(cfg["devices"][device]), space, int(cfg["seed"]))
-    try:
-        jobs = measure_plan(nets, rounds, int(cfg["seed"]), False)
-        rows = time_jobs(dev, jobs, protocol, space)
-    finally:
-        dev.close()
-    rows, _ = correct(rows, float(lmeta["reference_baseline"]))
-    per: dict[int, list[float]] = {}
-    for r in rows:
-        per.setdefault(r["network"], []).append(r["latency_ms"])
-    measured = {n: float(np.median(per[k])) for k, n in enumerate(nets)}
-    counts = {"verified": 0, "unverified": 0}
-    print("| finalist | unverified pred / measured | verified pred / measured |")
-    print("|---|---|---|")
-    for d in decided:
-        cells = []
-        for k in ("unverified", "verified"):
-            ch, pred = d[k]
-            err = pred / measured[ch] - 1
-            counts[k] += abs(err) <= 0.05
-            cells.append(f"{pred:.4g} / {measured[ch]:.4g} ({100 * err:+.1f} %)")
-        print(f"| {d['finalist']} | {cells[0]} | {cells[1]} |")
-    print(f"{device}: within 5 % of prediction — unverified {counts['unverified']}/{len(decided)}, "
-          f"verified {counts['verified']}/{len(decided)} ({rounds} rounds)")
+    noise: dict[str, list[float]] = {"default": [], "no-retime": []}
+    for k in range(sessions):
+        dev = get_device(dict(cfg["devices"][device]), space, int(cfg["seed"]))
+        try:
+            jobs = measure_plan(nets, rounds, int(cfg["seed"]) + k, False)
+            rows = time_jobs(dev, jobs, protocol, space)
+            again = retime_jobs(jobs, rows, protocol, False)
+            retimed = time_jobs(dev, again, protocol, space)
+        finally:
+            dev.close()
+        raw = rows + [{**r, "role": "retime", "retime_of": j.retime_of} for r, j in zip(retimed, again)]
+        per_variant = {}
+        for v, retime in (("default", True), ("no-retime", False)):
+            plain = [dict(r) for r in raw if r["role"] != "retime"]
+            again = [dict(r) for r in raw if r["role"] == "retime"] if retime else []
+            vrows, _ = correct(merge_retimed(plain, again), float(lmeta["reference_baseline"]))
+            per: dict[int, list[float]] = {}
+            for r in vrows:
+                per.setdefault(r["network"], []).append(r["latency_ms"])
+            noise[v].append(round_noise(per))
+            per_variant[v] = per
+        print(f"session {k}: round noise " + ", ".join(f"{v} {100 * x[-1]:.2f} %" for v, x in noise.items())
+              + f" ({len(again)} of {len(jobs)} jobs timed again)", flush=True)
+        measured = {n: float(np.median(per_variant["default"][i])) for i, n in enumerate(nets)}
+        counts = {"verified": 0, "unverified": 0}
+        for d in decided:
+            for key in ("unverified", "verified"):
+                ch, pred = d[key]
+                counts[key] += abs(pred / measured[ch] - 1) <= 0.05
+        print(f"  within 5 % of prediction — unverified {counts['unverified']}/{len(decided)}, "
+              f"verified {counts['verified']}/{len(decided)} ({rounds} rounds)", flush=True)
+    print(f"{device}: round noise over {sessions} sessions, median (range): " + ", ".join(
+        f"{v} {100 * np.median(x):.2f} % ({100 * min(x):.2f}–{100 * max(x):.2f})" for v, x in noise.items()))
 
 
 def main() -> None:
@@ -206,19 +227,23 @@ def main() -> None:
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--lean", nargs="*", default=[])
     s.add_argument("--json", type=Path, default=None)
+    s.add_argument("--configfile", type=Path, default=ROOT / "config.yaml", help="the config (default: the default's)")
     a = sub.add_parser("analyze")
     a.add_argument("out", type=Path)
     a.add_argument("--lean", nargs="*", default=[])
     a.add_argument("--json", type=Path, default=None)
+    a.add_argument("--configfile", type=Path, default=ROOT / "config.yaml", help="the config the sessions used")
     f = sub.add_parser("finalists")
     f.add_argument("run", type=Path)
     f.add_argument("--device", default="cpu")
     f.add_argument("--rounds", type=int, default=5)
+    f.add_argument("--sessions", type=int, default=3)
+    f.add_argument("--configfile", type=Path, default=None, help="the run's config (default: RUN/config.yaml)")
     args = ap.parse_args()
     if args.mode == "finalists":
-        finalists(args.run, args.device, args.rounds)
+        finalists(args.run, args.device, args.rounds, args.sessions, args.configfile)
         return
-    cfg = load(ROOT / "config.yaml")
+    cfg = load(args.configfile)
     if args.mode == "sessions":
         run_sessions(cfg, args.devices, args.sessions, args.out)
     rows = analyze(cfg, args.out, args.lean)

@@ -436,6 +436,7 @@ KINDS: dict[str, Kind] = {
             "measure": "the `measure:` settings",
             "seed": "the top-level seed",
             "job_offset": "the first job's number (after the profile's)",
+            "retimed": "jobs timed again (disturbed while timed, as in profiling)",
             "reference_channels": "the reference network",
             "reference_baseline": "the LUT's reference baseline the timings are expressed at",
             "session_reference_baseline": "this session's own reference median",

@@ -209,6 +209,10 @@ def disturbed(rows: list[dict], budget: int) -> list[dict]:
     return sorted(bad, key=lambda r: -r["ratio_spread"])[:budget]
 
 
+# What a re-timing keeps of the job it re-times: its place in the session and what it times.
+JOB_KEYS = ("job", "role", "config_id", "channels", "set", "round", "network", "retime_of", "t_abs")
+
+
 def merge_retimed(rows: list[dict], retimed: list[dict]) -> list[dict]:
     """Each re-timed job keeps the less disturbed of its two timings (lower chunk-ratio spread); `retimed` marks it."""
     by_job = {r["retime_of"]: r for r in retimed}
@@ -217,8 +221,7 @@ def merge_retimed(rows: list[dict], retimed: list[dict]) -> list[dict]:
         r = {**r, "retimed": r["job"] in by_job}
         again = by_job.get(r["job"])
         if again is not None and again["ratio_spread"] < r["ratio_spread"]:
-            r.update({k: v for k, v in again.items() if k not in ("job", "role", "config_id", "channels", "set",
-                                                                 "retime_of", "t_abs")})
+            r.update({k: v for k, v in again.items() if k not in JOB_KEYS})
             r["own_reference"] = True  # timed later than its neighbours: only its own reference describes the host
         out.append(r)
     return out
@@ -317,13 +320,14 @@ class MeasureError(RuntimeError):
 
 @dataclass(frozen=True)
 class MeasureJob:
-    """One timing of a measuring session (§7): its index, round, role and network."""
+    """One timing of a measuring session (§7): its index, round, role, network and the job it re-times."""
 
     job: int
     round: int
-    role: str  # finalist
+    role: str  # finalist | retime
     network: int  # index into the distinct finalists
     channels: tuple[int, ...]
+    retime_of: int | None = None
 
 
 def measure_plan(networks: Sequence[Sequence[int]], rounds: int, seed: int, analytic: bool,
@@ -337,6 +341,18 @@ def measure_plan(networks: Sequence[Sequence[int]], rounds: int, seed: int, anal
         for k in (range(len(nets)) if analytic else rng.permutation(len(nets))):
             jobs.append(MeasureJob(job_offset + len(jobs), r, "finalist", int(k), nets[int(k)]))
     return jobs
+
+
+def retime_jobs(jobs: Sequence[MeasureJob], rows: list[dict], protocol: ProfilingSettings,
+                analytic: bool) -> list[MeasureJob]:
+    """The measuring session's `jobs` disturbed while timed (their `rows`), to time again as profiling does (D27): at
+    most `retime` × its jobs, most disturbed first, numbered on from the last (none on an analytic device)."""
+    if analytic or not jobs:
+        return []
+    by_job = {j.job: j for j in jobs}
+    first = max(by_job) + 1
+    again = [by_job[r["job"]] for r in disturbed(rows, math.ceil(protocol.retime * len(rows)))]
+    return [MeasureJob(first + k, j.round, "retime", j.network, j.channels, j.job) for k, j in enumerate(again)]
 
 
 # The timing settings a later session must share with the profile (§4: timed in the same form).

@@ -88,10 +88,18 @@ class _Measurement:
         self.nets = sorted({tuple(int(c) for c in f["channels"]) for f in self.finalists})
 
     def time(self, progress: bool, job_offset: int | None) -> None:
-        """Every distinct finalist timed once per round, paired with the reference (D27), in a seeded order;
-        `job_offset` is the first job index (default: the profiling session's next)."""
+        """Every distinct finalist timed once per round, paired with the reference, in a seeded order; then the jobs
+        disturbed while timed timed again, as profiling does (D27); `job_offset` is the first job index (default: the
+        profiling session's next)."""
         from ..devices import get_device
-        from ..latency.protocol import MeasureError, measure_plan, reference_config, time_jobs
+        from ..latency.protocol import (
+            MeasureError,
+            measure_plan,
+            merge_retimed,
+            reference_config,
+            retime_jobs,
+            time_jobs,
+        )
         from ..training.loop import progress_bar
 
         s, lmeta = self.settings, self.lmeta
@@ -108,9 +116,14 @@ class _Measurement:
             jobs = measure_plan(self.nets, int(s.measure.rounds), s.seed, dev.analytic, self.job_offset)
             bar = progress_bar(progress, total=len(jobs), desc=f"measure {self.device}", unit="net")
             try:
-                self.rows = time_jobs(dev, jobs, s.profiling, s.space, on_step=lambda: bar.update(1))
+                rows = time_jobs(dev, jobs, s.profiling, s.space, on_step=lambda: bar.update(1))
+                again = retime_jobs(jobs, rows, s.profiling, dev.analytic)
+                bar.total = len(jobs) + len(again)
+                retimed = time_jobs(dev, again, s.profiling, s.space, on_step=lambda: bar.update(1))
             finally:
                 bar.close()
+            self.rows = merge_retimed(rows, [{**r, "retime_of": j.retime_of} for r, j in zip(retimed, again)])
+            self.retimed = len(again)
         finally:
             dev.close()
 
@@ -135,7 +148,7 @@ class _Measurement:
             lut_fingerprint=lmeta.get("fingerprint"), fingerprint_match=bool(self.match), unit=lmeta.get("unit"),
             unit_short=lmeta.get("unit_short"), analytic=analytic, protocol=protocol, statistic=protocol["statistic"],
             rounds=1 if analytic else int(s.measure.rounds), measure=s.measure.to_dict(), seed=s.seed,
-            job_offset=self.job_offset, reference_channels=self.ref, reference_baseline=self.baseline,
+            job_offset=self.job_offset, retimed=self.retimed, reference_channels=self.ref, reference_baseline=self.baseline,
             session_reference_baseline=session_baseline, pairing="analytic" if analytic else "paired",
             correction=("counted, not timed" if analytic else "corrected = stat(network) / stat(alternating reference) "
                         "× reference_baseline(LUT), as in profiling (D27)"),

@@ -10,7 +10,15 @@ from conftest import write_uniform_configs
 from aows_core import artifacts as io
 from aows_core.config import ProfilingSettings
 from aows_core.devices import get_device
-from aows_core.latency.protocol import FinalistSession, finalist_rows, noise_gate, noise_threshold, target_gaps
+from aows_core.latency.protocol import (
+    FinalistSession,
+    disturbed_limit,
+    finalist_rows,
+    merge_retimed,
+    noise_gate,
+    noise_threshold,
+    target_gaps,
+)
 from aows_core.stages.profile import ProfileJob
 from aows_core.stages.profile import profile_session as profile
 from aows_core.training.loop import RunControl
@@ -165,3 +173,44 @@ def test_the_reference_takes_its_share_of_every_chunk(tiny_space):
     assert [len(c) for c in m.network] == [6] * 5 and [len(c) for c in m.reference] == [3] * 5
     with pytest.raises(ValueError, match="reference_share"):
         dev.measure_paired(tiny_space.max_config, tiny_space.min_config, repeats=30, reference_share=0.0)
+
+
+def test_a_measuring_row_keeps_its_place_and_the_less_disturbed_timing():
+    """A re-timing replaces what was timed, never which job, round or network it was (JOB_KEYS)."""
+    rows = [{"job": j, "round": j // 3, "role": "finalist", "network": j % 3, "latency_ms_raw": 2.0, "ref_ms_raw": 1.0,
+             "ratio_spread": 0.05} for j in range(12)]
+    rows[4]["ratio_spread"], rows[7]["ratio_spread"] = 0.9, 0.4
+    again = [{"job": 12, "round": 1, "role": "retime", "network": 1, "retime_of": 4, "latency_ms_raw": 2.1,
+              "ref_ms_raw": 1.0, "ratio_spread": 0.1},
+             {"job": 13, "round": 2, "role": "retime", "network": 1, "retime_of": 7, "latency_ms_raw": 2.5,
+              "ref_ms_raw": 1.0, "ratio_spread": 0.5}]
+    merged = merge_retimed(rows, again)
+    assert [(r["job"], r["round"], r["role"], r["network"]) for r in merged] == \
+        [(r["job"], r["round"], r["role"], r["network"]) for r in rows]
+    assert merged[4]["latency_ms_raw"] == 2.1 and merged[4]["own_reference"] and merged[4]["retimed"]
+    assert merged[7]["latency_ms_raw"] == 2.0 and "own_reference" not in merged[7] and merged[7]["retimed"]
+    assert sum(r["retimed"] for r in merged) == 2
+
+
+def test_the_measuring_session_times_its_disturbed_jobs_again_as_profiling_does(tiny_space):
+    """§7 timed with §4's protocol (D27): on a busy host switching within jobs, the disturbed finalist timings are
+    timed again after the rounds, within the budget, each keeping the less disturbed of its two timings."""
+    from aows_core.latency.protocol import measure_plan, retime_jobs, time_jobs
+
+    dev = get_device({**BUSY, "regime_dwell": 0.3}, tiny_space, 2)
+    nets = [tuple(tiny_space.min_config), tuple(tiny_space.max_config), tuple(tiny_space.middle_config)]
+    p = protocol(retime=0.1)
+    jobs = measure_plan(nets, 10, 0, False, job_offset=100)
+    rows = time_jobs(dev, jobs, p, tiny_space)
+    again = retime_jobs(jobs, rows, p, analytic=False)
+    assert 0 < len(again) <= math.ceil(0.1 * len(jobs))
+    assert [j.job for j in again] == list(range(130, 130 + len(again)))
+    limit = disturbed_limit([r["ratio_spread"] for r in rows])
+    spread = {r["job"]: r["ratio_spread"] for r in rows}
+    assert all(spread[j.retime_of] > limit and j.channels == jobs[j.retime_of - 100].channels for j in again)
+    assert [spread[j.retime_of] for j in again] == sorted((spread[j.retime_of] for j in again), reverse=True)
+    retimed = time_jobs(dev, again, p, tiny_space)
+    merged = merge_retimed(rows, [{**r, "retime_of": j.retime_of} for r, j in zip(retimed, again)])
+    assert len(merged) == len(rows) and sum(r["retimed"] for r in merged) == len(again)
+    assert [(r["job"], r["round"], r["network"]) for r in merged] == [(r["job"], r["round"], r["network"]) for r in rows]
+    assert retime_jobs(jobs, rows, p, analytic=True) == [] and retime_jobs(jobs, rows, protocol(retime=0.0), False) == []

@@ -84,6 +84,8 @@ def test_output_schema_and_provenance(run):
     assert meta["protocol"] == cfg["profiling"] and meta["rounds"] == 5
     # every timing is kept: per round each distinct network once, paired with its own reference (D27)
     assert len(meta["networks"]) == 2 and len(meta["timings"]) == 5 * 2
+    # the jobs disturbed while timed were timed again (D27), each row once, within the budget
+    assert meta["retimed"] == sum(t["retimed"] for t in meta["timings"]) <= math.ceil(0.1 * 5 * 2)
     assert meta["pairing"] == "paired" and all(t["ref_ms_raw"] > 0 for t in meta["timings"])
     assert not meta["too_noisy"] and not any(r["too_noisy"] for r in rows) and meta["round_noise"] < 0.05
     x, _ = read_lut(d / "synth_lut.parquet", space)

@@ -27,7 +27,9 @@ rule sample_configs:
         "aows sample --config-json {params.cfg:q} --out {output:q} > {log:q} 2>&1"
 
 
-# Timing claims every core the scheduler has, so nothing else runs beside it.
+# Timing claims every core the scheduler has, so nothing else runs beside it; and it runs before the supernet's
+# training (priority above train_ows'), on a rested machine: right after minutes of training, timings on a 2-core
+# VM were five times noisier (docs/method.md D27).
 rule profile:
     input:
         "results/latency/configs.parquet",
@@ -37,6 +39,7 @@ rule profile:
         "results/logs/profile_{device}.log",
     benchmark:
         "results/benchmarks/profile_{device}.tsv"
+    priority: 150
     conda:
         "../../envs/aows.yaml"
     threads: workflow.cores
