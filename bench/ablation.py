@@ -193,12 +193,10 @@ def finalists(run: Path, device: str, rounds: int, sessions: int, config: Path |
             retimed = time_jobs(dev, again, protocol, space)
         finally:
             dev.close()
-        raw = rows + [{**r, "role": "retime", "retime_of": j.retime_of} for r, j in zip(retimed, again)]
+        retimings = [{**r, "retime_of": j.retime_of} for r, j in zip(retimed, again)]
         per_variant = {}
-        for v, retime in (("default", True), ("no-retime", False)):
-            plain = [dict(r) for r in raw if r["role"] != "retime"]
-            again = [dict(r) for r in raw if r["role"] == "retime"] if retime else []
-            vrows, _ = correct(merge_retimed(plain, again), float(lmeta["reference_baseline"]))
+        for v, merged in (("default", retimings), ("no-retime", [])):
+            vrows, _ = correct(merge_retimed(rows, merged), float(lmeta["reference_baseline"]))
             per: dict[int, list[float]] = {}
             for r in vrows:
                 per.setdefault(r["network"], []).append(r["latency_ms"])

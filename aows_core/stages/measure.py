@@ -123,7 +123,6 @@ class _Measurement:
             finally:
                 bar.close()
             self.rows = merge_retimed(rows, [{**r, "retime_of": j.retime_of} for r, j in zip(retimed, again)])
-            self.retimed = len(again)
         finally:
             dev.close()
 
@@ -148,7 +147,8 @@ class _Measurement:
             lut_fingerprint=lmeta.get("fingerprint"), fingerprint_match=bool(self.match), unit=lmeta.get("unit"),
             unit_short=lmeta.get("unit_short"), analytic=analytic, protocol=protocol, statistic=protocol["statistic"],
             rounds=1 if analytic else int(s.measure.rounds), measure=s.measure.to_dict(), seed=s.seed,
-            job_offset=self.job_offset, retimed=self.retimed, reference_channels=self.ref, reference_baseline=self.baseline,
+            job_offset=self.job_offset, retimed=sum(r["retimed"] for r in self.rows), reference_channels=self.ref,
+            reference_baseline=self.baseline,
             session_reference_baseline=session_baseline, pairing="analytic" if analytic else "paired",
             correction=("counted, not timed" if analytic else "corrected = stat(network) / stat(alternating reference) "
                         "× reference_baseline(LUT), as in profiling (D27)"),
