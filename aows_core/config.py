@@ -876,6 +876,7 @@ class MeasureSettings(Section):
 
     name: ClassVar[str] = "measure"
     rounds: int = 5
+    settle_s: float = 240
     on_fingerprint_mismatch: str = "error"
 
 

@@ -26,6 +26,14 @@ its re-timings merged as aows merges them and left out (no-retime), from the sam
     python bench/ablation.py sessions --sessions 4 --out /tmp/ablation        # ~20 min on 2 cores, alone
     python bench/ablation.py analyze /tmp/ablation --lean no-retime no-link    # the table again, no timing
     python bench/ablation.py finalists /tmp/run --device cpu --sessions 4      # after a default run in /tmp/run
+
+`settle RUN`: the measuring session timed on until its last rounds are as quiet as the profile (D46), against the
+session that stops after its rounds, from the same timings: each of `--sessions` sessions starts right after `--heat`
+seconds of a two-thread matrix-product loop (the host as a training leaves it); its first `measure.rounds` rounds are
+the session without the rule, the rounds it keeps the session with it. Round noise (no re-timing in either), the
+rounds and seconds it took, and the verified finalists within 5 % of their prediction.
+
+    python bench/ablation.py settle /tmp/run --sessions 4 --heat 240          # ~25 min on 2 cores, alone
 """
 
 from __future__ import annotations
@@ -44,12 +52,15 @@ from aows_core.latency.fit import fit_table
 from aows_core.latency.lut import predict, split_sets
 from aows_core.latency.metrics import latency_metrics
 from aows_core.latency.protocol import (
+    QuietTarget,
     correct,
     measure_plan,
     merge_retimed,
+    quiet_limit,
     retest_noise,
     retime_jobs,
     round_noise,
+    settle_rounds,
     time_jobs,
 )
 from aows_core.stages import sample
@@ -161,15 +172,8 @@ def table(rows: list[dict]) -> None:
                   f"{cell('seconds', False, '.0f')} | {np.median(d):+.2f} ({d.min():+.2f} … {d.max():+.2f}) |")
 
 
-def finalists(run: Path, device: str, rounds: int, sessions: int, config: Path | None = None) -> None:
-    """Verified and unverified finalists of a default run timed as `measure` times them (D36), in `sessions` sessions:
-    each session's noise across rounds with its re-timings merged as aows does and left out; the finalists within
-    5 % of their prediction."""
-    from aows_core.devices import get_device
-
-    cfg = load(config or run / "config.yaml")
-    space = space_from_config(cfg)
-    _, lmeta = artifacts.read_table(run / "results/latency" / f"{device}.parquet", "latency")
+def decided_networks(run: Path, device: str) -> list[dict]:
+    """Each decision of a run: its finalist's name, and its (channels, prediction) verified and as first decided."""
     decided = []
     for p in sorted((run / "results/decisions" / device).glob("*/*.parquet")):
         table, meta = artifacts.read_table(p, "decisions")
@@ -181,6 +185,72 @@ def finalists(run: Path, device: str, rounds: int, sessions: int, config: Path |
             decided.append({"finalist": f"{r['method']} {r['target']}",
                             "verified": (tuple(r["channels"]), r["predicted_latency_ms"]),
                             "unverified": (tuple(t[0]["channels"]), t[0]["predicted_ms"])})
+    return decided
+
+
+def within_5pct(decided: list[dict], rows: list[dict], nets: list[tuple], baseline: float, key: str) -> int:
+    """How many decisions' `key` network (verified or unverified) measure within 5 % of their prediction."""
+    corrected, _ = correct([dict(r) for r in rows], baseline)
+    per: dict[int, list[float]] = {}
+    for r in corrected:
+        per.setdefault(r["network"], []).append(r["latency_ms"])
+    measured = {n: float(np.median(per[i])) for i, n in enumerate(nets)}
+    return sum(abs(d[key][1] / measured[d[key][0]] - 1) <= 0.05 for d in decided)
+
+
+def heat(seconds: float) -> None:
+    """A two-thread matrix-product loop for `seconds`: the host's state right after a training."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    a, t0 = torch.randn(1024, 1024), time.time()
+    while time.time() - t0 < seconds:
+        a = torch.tanh(a @ a / 32)
+    torch.set_num_threads(threads)
+
+
+def settle(run: Path, device: str, sessions: int, heat_s: float, config: Path | None = None) -> None:
+    """Each session after `heat_s` seconds of load: the measuring session as `measure` times it, its first rounds
+    (without D46) against the rounds D46 keeps, from the same timings."""
+    from aows_core.devices import get_device
+
+    cfg = load(config or run / "config.yaml")
+    space = space_from_config(cfg)
+    _, lmeta = artifacts.read_table(run / "results/latency" / f"{device}.parquet", "latency")
+    decided = decided_networks(run, device)
+    nets = sorted({d["verified"][0] for d in decided})
+    protocol, rounds = ProfilingSettings.from_mapping(cfg["profiling"]), int(cfg["measure"]["rounds"])
+    baseline = float(lmeta["reference_baseline"])
+    target = QuietTarget(baseline, quiet_limit(float(lmeta["sigma_n"]), float(lmeta["max_noise"])),
+                         float(cfg["measure"]["settle_s"]))
+    print(f"{device}: profile σ_n {100 * lmeta['sigma_n']:.2f} %, quiet below {100 * target.quiet:.2f} %, "
+          f"{len(nets)} networks, {rounds} rounds, settle_s {target.budget_s:g}", flush=True)
+    for k in range(sessions):
+        heat(heat_s)
+        dev = get_device(dict(cfg["devices"][device]), space, int(cfg["seed"]))
+        try:
+            jobs = measure_plan(nets, rounds, int(cfg["seed"]) + k, False)
+            first = time_jobs(dev, jobs, protocol, space)
+            _, kept, s = settle_rounds(dev, jobs, first, protocol, space, int(cfg["seed"]) + k, target)
+        finally:
+            dev.close()
+        print(f"session {k}: round noise without D46 {100 * s.noise[0]:.2f} % "
+              f"({within_5pct(decided, first, nets, baseline, 'verified')}/{len(decided)} within 5 %), with it "
+              f"{100 * s.noise[-1]:.2f} % ({within_5pct(decided, kept, nets, baseline, 'verified')}/{len(decided)}) "
+              f"after {s.rounds_timed} rounds, {s.extra_s:.0f} s more; settled {s.settled}", flush=True)
+
+
+def finalists(run: Path, device: str, rounds: int, sessions: int, config: Path | None = None) -> None:
+    """Verified and unverified finalists of a default run timed as `measure` times them (D36), in `sessions` sessions:
+    each session's noise across rounds with its re-timings merged as aows does and left out; the finalists within
+    5 % of their prediction."""
+    from aows_core.devices import get_device
+
+    cfg = load(config or run / "config.yaml")
+    space = space_from_config(cfg)
+    _, lmeta = artifacts.read_table(run / "results/latency" / f"{device}.parquet", "latency")
+    decided = decided_networks(run, device)
     nets = sorted({d[k][0] for d in decided for k in ("verified", "unverified")})
     protocol = ProfilingSettings.from_mapping(cfg["profiling"])
     noise: dict[str, list[float]] = {"default": [], "no-retime": []}
@@ -237,9 +307,18 @@ def main() -> None:
     f.add_argument("--rounds", type=int, default=5)
     f.add_argument("--sessions", type=int, default=3)
     f.add_argument("--configfile", type=Path, default=None, help="the run's config (default: RUN/config.yaml)")
+    t = sub.add_parser("settle")
+    t.add_argument("run", type=Path)
+    t.add_argument("--device", default="cpu")
+    t.add_argument("--sessions", type=int, default=4)
+    t.add_argument("--heat", type=float, default=240.0, help="seconds of two-thread load before each session")
+    t.add_argument("--configfile", type=Path, default=None, help="the run's config (default: RUN/config.yaml)")
     args = ap.parse_args()
     if args.mode == "finalists":
         finalists(args.run, args.device, args.rounds, args.sessions, args.configfile)
+        return
+    if args.mode == "settle":
+        settle(args.run, args.device, args.sessions, args.heat, args.configfile)
         return
     cfg = load(args.configfile)
     if args.mode == "sessions":

@@ -337,9 +337,12 @@ KINDS: dict[str, Kind] = {
             "unaries_meta": "aows, ows: the unaries' metadata",
             "width_signal_note": "aows, ows: a note when no width signal is detectable (else null)",
             "trajectory_meta": "greedy: the trajectory's metadata",
-            "verification": "D36: `verified`, `settings`, and per target `converged`, `networks_timed`, the verified "
-                            "table `lut` (one value per latency variable) and the `trace` (per round: `channels`, "
-                            "`predicted_ms`, `measured_ms`, `rel_error`, `timed`), or `reason` when not verified",
+            "verification": "D36: `verified`, `settings`, and per target `converged` (within the tolerance, on an "
+                            "interval no wider than it), the last timing's relative half-`interval`, "
+                            "`networks_timed`, the verified table `lut` (one value per latency variable) and the "
+                            "`trace` (per round: `channels`, `predicted_ms`, `measured_ms` — the median over its "
+                            "timings — `measured_lo_ms` and `measured_hi_ms` their range, `timing_rounds`, "
+                            "`rel_error`, `timed`), or `reason` when not verified",
         },
     ),
     "greedy_trajectory": Kind(
@@ -436,6 +439,10 @@ KINDS: dict[str, Kind] = {
             "measure": "the `measure:` settings",
             "seed": "the top-level seed",
             "job_offset": "the first job's number (after the profile's)",
+            "settle": "D46: whether the kept rounds are as quiet as the profile (`settled`), the round noise that "
+                      "is (`quiet`), `rounds_timed` in all (the last `rounds` kept), `extra_s` seconds of further "
+                      "rounds, and the round noise of each window of rounds considered (`window_noise`); null on an "
+                      "analytic device",
             "retimed": "jobs timed again (disturbed while timed, as in profiling)",
             "reference_channels": "the reference network",
             "reference_baseline": "the LUT's reference baseline the timings are expressed at",
@@ -446,7 +453,7 @@ KINDS: dict[str, Kind] = {
             "max_noise": "the noise gate",
             "lut_too_noisy": "the profile failed the gate",
             "too_noisy": "this file's finalists are flagged",
-            "noise_message": "why (empty otherwise)",
+            "noise_message": "why (empty otherwise), and whether the kept rounds never became as quiet as the profile",
             "networks": "the distinct networks timed",
             "decisions": "the decision files read",
             "latency": "the latency file",

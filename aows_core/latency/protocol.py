@@ -192,7 +192,6 @@ def correct(rows: list[dict], baseline: float | None = None) -> tuple[list[dict]
 # A job whose chunk ratios spread this many times more than the session's typical job was disturbed while timed.
 RETIME_FACTOR = 3.0
 
-
 def disturbed_limit(spreads: Sequence[float]) -> float:
     """The chunk-ratio range above which a job was disturbed while timed: RETIME_FACTOR × the median range of the
     jobs (D27); inf where none was timed paired (no range: NaN)."""
@@ -404,6 +403,85 @@ def round_noise(per_net: Mapping[int, Sequence[float]]) -> float:
     dev = [np.log(v) - np.log(v).mean() for v in (np.asarray(x, dtype=np.float64) for x in per_net.values()) if v.size > 1]
     dof = sum(d.size - 1 for d in dev)
     return float(np.sqrt(sum(float((d**2).sum()) for d in dev) / dof)) if dof else 0.0
+
+
+# A measuring session is as quiet as its profile when its rounds vary by at most QUIET_FACTOR × the profile's σ_n
+# (round noise and σ_n estimate the same per-timing noise) — or by QUIET_FLOOR: the median of 5 such rounds lies
+# within about ±1 %, far finer than the 5 % a finalist is judged on — and never by more than the noise gate (D46).
+QUIET_FACTOR = 1.5
+QUIET_FLOOR = 0.02
+
+
+def quiet_limit(sigma_n: float, max_noise: float) -> float:
+    """The round noise below which a measuring session is as quiet as the profile it checks (D46)."""
+    return float(min(max_noise, max(QUIET_FACTOR * sigma_n, QUIET_FLOOR)))
+
+
+def window_noise(rows: list[dict], baseline: float) -> float:
+    """The round noise of measuring rows corrected to `baseline` (`correct` on copies, then `round_noise`)."""
+    corrected, _ = correct([dict(r) for r in rows], baseline)
+    per: dict[int, list[float]] = {}
+    for r in corrected:
+        per.setdefault(r["network"], []).append(r["latency_ms"])
+    return round_noise(per)
+
+
+@dataclass(frozen=True)
+class QuietTarget:
+    """What a measuring session times on to (D46): the LUT's reference baseline its timings are corrected to, the
+    round noise that is as quiet as the profile (`quiet_limit`) and the seconds of further rounds at most."""
+
+    baseline: float
+    quiet: float
+    budget_s: float
+
+
+@dataclass(frozen=True)
+class Settling:
+    """How long a measuring session timed until its last rounds were as quiet as the profile (D46): the limit, the
+    noise of each window of rounds considered, the rounds timed in all and the seconds the further ones took."""
+
+    quiet: float
+    noise: tuple[float, ...]
+    rounds_timed: int
+    extra_s: float
+
+    @property
+    def settled(self) -> bool:
+        return self.noise[-1] <= self.quiet
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"settled": self.settled, "quiet": self.quiet, "rounds_timed": self.rounds_timed,
+                "extra_s": self.extra_s, "window_noise": list(self.noise)}
+
+    def message(self, budget_s: float) -> str:
+        """Why the session's finalists may be off (empty when it settled)."""
+        if self.settled:
+            return ""
+        return (f"the host did not become as quiet as when profiled within measure.settle_s = {budget_s:g} s of "
+                f"further rounds (round noise {100 * self.noise[-1]:.1f} % over the last rounds, "
+                f"{100 * self.quiet:.1f} % needed): another program, or the host's own bursts; measure again later")
+
+
+def settle_rounds(device, jobs: list[MeasureJob], rows: list[dict], protocol: ProfilingSettings, space: SearchSpace,
+                  seed: int, target: QuietTarget,
+                  on_step: Callable[[], None] | None = None) -> tuple[list[MeasureJob], list[dict], Settling]:
+    """The measuring session timed on (D46): while its last R rounds (R those of `jobs`, timed as `rows`) vary more
+    than `target.quiet` (`window_noise`), one more round of the same networks, each its own seeded shuffle, for at
+    most `target.budget_s` seconds; returns the jobs and rows of the last R rounds, the earlier ones dropped."""
+    rounds = max(j.round for j in jobs) + 1
+    nets = {j.network: j.channels for j in jobs}
+    noise, extra, last = [window_noise(rows, target.baseline)], 0.0, rounds
+    while noise[-1] > target.quiet and extra < target.budget_s:
+        order = np.random.default_rng([seed, 0x3EA5E, last]).permutation(len(nets))
+        more = [MeasureJob(jobs[-1].job + 1 + i, last, "finalist", int(k), nets[int(k)]) for i, k in enumerate(order)]
+        timed = time_jobs(device, more, protocol, space, on_step)
+        extra += sum(r["timed_s"] + r["overhead_s"] for r in timed)
+        jobs, rows, last = jobs + more, rows + timed, last + 1
+        keep = [i for i, j in enumerate(jobs) if j.round >= last - rounds]
+        jobs, rows = [jobs[i] for i in keep], [rows[i] for i in keep]
+        noise.append(window_noise(rows, target.baseline))
+    return jobs, rows, Settling(target.quiet, tuple(noise), last, extra)
 
 
 @dataclass(frozen=True)

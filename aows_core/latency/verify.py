@@ -8,6 +8,7 @@ the one that matters and gives it the weight to correct the table around it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -21,9 +22,30 @@ from .fit import fit_table
 Channels = tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class Timing:
+    """A decided network's timing (D36): the median over its rounds and their range, an interval that holds the
+    median with probability 1 − 2^(1−n) over n rounds (75 % at 3, 94 % at 5)."""
+
+    ms: float
+    lo: float
+    hi: float
+    rounds: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Timing":
+        v = np.asarray(values, dtype=np.float64)
+        return cls(float(np.median(v)), float(v.min()), float(v.max()), int(v.size))
+
+    @property
+    def half_width(self) -> float:
+        """The interval's half-width relative to the median."""
+        return (self.hi - self.lo) / (2 * self.ms)
+
+
 def verify_decision(
     decide: Callable[[np.ndarray], dict[str, Any]],
-    time_network: Callable[[Sequence[int]], float],
+    time_network: Callable[[Sequence[int]], Timing],
     refit: Callable[[Mapping[Channels, float]], np.ndarray],
     x0: np.ndarray,
     *,
@@ -35,8 +57,9 @@ def verify_decision(
     `max_rounds` + 1 networks timed.
 
     Returns the final decision (its `predicted_latency_ms` from the final table), that table, and one trace row per
-    round: the decided channels, predicted and measured latency, relative error predicted ÷ measured − 1, and
-    whether the network was timed in that round (else it was timed in an earlier one). The final decision's
+    round: the decided channels, predicted and measured latency (the median over the timing's rounds, their range
+    and count), relative error predicted ÷ measured − 1, and whether the network was timed in that round (else it
+    was timed in an earlier one). The final decision's
     network is always timed: the last trace row says how far it lands. When a refit leaves no network meeting the
     target, the decision before it stands and its trace row says so (`stopped`)."""
     x, timed, trace = np.asarray(x0, dtype=np.float64), {}, []
@@ -45,13 +68,15 @@ def verify_decision(
         c = tuple(int(v) for v in row["channels"])
         new = c not in timed
         if new:
-            timed[c] = float(time_network(list(c)))
-        err = row["predicted_latency_ms"] / timed[c] - 1.0
+            timed[c] = time_network(list(c))
+        t = timed[c]
+        err = row["predicted_latency_ms"] / t.ms - 1.0
         trace.append({"round": k, "channels": list(c), "predicted_ms": float(row["predicted_latency_ms"]),
-                      "measured_ms": timed[c], "rel_error": float(err), "timed": new})
+                      "measured_ms": t.ms, "measured_lo_ms": t.lo, "measured_hi_ms": t.hi, "timing_rounds": t.rounds,
+                      "rel_error": float(err), "timed": new})
         if abs(err) <= tolerance or k == max_rounds:
             break
-        x_new = refit(timed)
+        x_new = refit({n: v.ms for n, v in timed.items()})
         try:
             row_new = decide(x_new)
         except InfeasibleTarget as e:  # the device is slower than the table said: no network meets the target now

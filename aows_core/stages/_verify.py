@@ -10,8 +10,12 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ..config import Settings
+    from ..latency.verify import Timing
     from ..search.targets import DeviceTable
     from ..space import SearchSpace
+
+# A decided network is timed in at most this many times `verify.rounds` rounds while they disagree (D36).
+MAX_ROUNDS_FACTOR = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,25 +103,38 @@ def _verify_targets(settings: Settings, lut: LutFile, latency: tuple[Any, Mappin
             lambda timed: refit_with(space, sets, timed, lut_settings, int(verify.weight), table.link),
             lut.x, tolerance=float(verify.tolerance), max_rounds=int(verify.max_rounds))
         rows.append(row)
-        per_target.append({"target": t, "converged": abs(trace[-1]["rel_error"]) <= verify.tolerance,
+        last = trace[-1]
+        interval = (last["measured_hi_ms"] - last["measured_lo_ms"]) / (2 * last["measured_ms"])
+        converged = abs(last["rel_error"]) <= verify.tolerance and interval <= verify.tolerance
+        per_target.append({"target": t, "converged": converged, "interval": interval,
                            "networks_timed": sum(r["timed"] for r in trace), "lut": [float(v) for v in x],
                            "trace": trace})
     return rows, per_target
 
 
-def _timer(dev: Any, settings: Settings, lmeta: Mapping[str, Any]) -> Callable[[Sequence[int]], float]:
-    """A network's latency as `measure` gives it: median over `verify.rounds` of the profiling protocol's timing,
-    corrected to the LUT's reference baseline (§7, D24, D27)."""
+def _timer(dev: Any, settings: Settings, lmeta: Mapping[str, Any],
+           first_job: int | None = None) -> Callable[[Sequence[int]], Timing]:
+    """A network's latency as `measure` gives it: the median over `verify.rounds` of the profiling protocol's timing,
+    corrected to the LUT's reference baseline (§7, D24, D27), and their range; two rounds more at a time while that
+    range is wider than ±`verify.tolerance`, up to MAX_ROUNDS_FACTOR × `verify.rounds` (D36). Jobs are numbered from
+    `first_job` (default: the profiling session's next)."""
     from ..latency.protocol import correct, measure_plan, time_jobs
+    from ..latency.verify import Timing
 
-    baseline, first = float(lmeta["reference_baseline"]), [int(lmeta["next_job"])]
-    space, protocol, seed, rounds = settings.space, settings.profiling, settings.seed, int(settings.verify.rounds)
+    baseline = float(lmeta["reference_baseline"])
+    first = [int(lmeta["next_job"]) if first_job is None else first_job]
+    space, protocol, seed, verify = settings.space, settings.profiling, settings.seed, settings.verify
 
-    def time_network(channels: Sequence[int]) -> float:
-        jobs = measure_plan([channels], rounds, seed, False, first[0])
-        first[0] = jobs[-1].job + 1
-        timed, _ = correct(time_jobs(dev, jobs, protocol, space), baseline)
-        return float(np.median([r["latency_ms"] for r in timed if r["role"] == "finalist"]))
+    def time_network(channels: Sequence[int]) -> Timing:
+        values: list[float] = []
+        while True:
+            jobs = measure_plan([channels], int(verify.rounds) if not values else 2, seed, False, first[0])
+            first[0] = jobs[-1].job + 1
+            timed, _ = correct(time_jobs(dev, jobs, protocol, space), baseline)
+            values += [r["latency_ms"] for r in timed]
+            t = Timing.of(values)
+            if t.half_width <= verify.tolerance or t.rounds >= MAX_ROUNDS_FACTOR * verify.rounds:
+                return t
 
     return time_network
 
@@ -137,11 +154,18 @@ def verification_note(meta: Mapping[str, Any]) -> list[str]:
     if not meta.get("verified"):
         return [f"not verified on the device: {meta.get('reason')}"]
     out = []
+    tolerance = meta["settings"]["tolerance"]
     for v in meta["targets"]:
         last = v["trace"][-1]
-        out.append(f"{v['target']}: verified on the device in {len(v['trace'])} rounds ({v['networks_timed']} networks "
-                   f"timed): measured {last['measured_ms']:.4g}, predicted {last['predicted_ms']:.4g} "
-                   f"({100 * last['rel_error']:+.1f} %)"
-                   + ("" if v["converged"] else f" — NOT within the tolerance {100 * meta['settings']['tolerance']:.1f} % "
-                      f"after verify.max_rounds refits; raise it, or see the trace in the decisions file"))
+        line = (f"{v['target']}: verified on the device in {len(v['trace'])} rounds ({v['networks_timed']} networks "
+                f"timed): measured {last['measured_ms']:.4g} ({last['measured_lo_ms']:.4g}–{last['measured_hi_ms']:.4g} "
+                f"over {last['timing_rounds']} timings), predicted {last['predicted_ms']:.4g} "
+                f"({100 * last['rel_error']:+.1f} %)")
+        if abs(last["rel_error"]) > tolerance:
+            line += (f" — NOT within the tolerance {100 * tolerance:.1f} % after verify.max_rounds refits; raise it, "
+                     f"or see the trace in the decisions file")
+        elif not v["converged"]:
+            line += (f" — its timings spread ±{100 * v['interval']:.1f} %, more than the tolerance: the host was "
+                     f"not steady; decide again with the machine idle")
+        out.append(line)
     return out

@@ -88,16 +88,19 @@ class _Measurement:
         self.nets = sorted({tuple(int(c) for c in f["channels"]) for f in self.finalists})
 
     def time(self, progress: bool, job_offset: int | None) -> None:
-        """Every distinct finalist timed once per round, paired with the reference, in a seeded order; then the jobs
-        disturbed while timed timed again, as profiling does (D27); `job_offset` is the first job index (default: the
-        profiling session's next)."""
+        """Every distinct finalist timed once per round, paired with the reference, in a seeded order; further rounds
+        until the last `measure.rounds` are as quiet as the profile (D46); then the jobs disturbed while timed timed
+        again, as profiling does (D27). `job_offset` is the first job index (default: the profiling session's next)."""
         from ..devices import get_device
         from ..latency.protocol import (
             MeasureError,
+            QuietTarget,
             measure_plan,
             merge_retimed,
+            quiet_limit,
             reference_config,
             retime_jobs,
+            settle_rounds,
             time_jobs,
         )
         from ..training.loop import progress_bar
@@ -117,8 +120,16 @@ class _Measurement:
             bar = progress_bar(progress, total=len(jobs), desc=f"measure {self.device}", unit="net")
             try:
                 rows = time_jobs(dev, jobs, s.profiling, s.space, on_step=lambda: bar.update(1))
+                self.settling = None
+                if not dev.analytic:
+                    target = QuietTarget(float(lmeta["reference_baseline"]),
+                                         quiet_limit(float(lmeta["sigma_n"] or 0.0), float(lmeta["max_noise"])),
+                                         float(s.measure.settle_s))
+                    jobs, rows, self.settling = settle_rounds(dev, jobs, rows, s.profiling, s.space, s.seed, target,
+                                                              on_step=lambda: bar.update(1))
                 again = retime_jobs(jobs, rows, s.profiling, dev.analytic)
-                bar.total = len(jobs) + len(again)
+                timed = len(jobs) if self.settling is None else self.settling.rounds_timed * len(self.nets)
+                bar.total = timed + len(again)
                 retimed = time_jobs(dev, again, s.profiling, s.space, on_step=lambda: bar.update(1))
             finally:
                 bar.close()
@@ -152,8 +163,10 @@ class _Measurement:
             session_reference_baseline=session_baseline, pairing="analytic" if analytic else "paired",
             correction=("counted, not timed" if analytic else "corrected = stat(network) / stat(alternating reference) "
                         "× reference_baseline(LUT), as in profiling (D27)"),
-            round_noise=noise, max_noise=float(lmeta["max_noise"]), lut_too_noisy=bool(lmeta["too_noisy"]),
-            too_noisy=bool(out_rows[0]["too_noisy"]), noise_message=_noise_message(noise, lmeta),
+            settle=None if self.settling is None else self.settling.to_dict(), round_noise=noise, max_noise=float(lmeta["max_noise"]),
+            lut_too_noisy=bool(lmeta["too_noisy"]), too_noisy=bool(out_rows[0]["too_noisy"]),
+            noise_message=_noise_message(noise, lmeta, "" if self.settling is None else
+                                         self.settling.message(s.measure.settle_s)),
             networks=[list(n) for n in self.nets], decisions=[f["source"] for f in self.finalists],
             latency=str(self.latency), lut=str(self.lut), lut_lambda=self.tmeta.get("lam"), timings=self.rows,
         )
@@ -176,9 +189,10 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     return out_rows
 
 
-def _noise_message(noise: float, lmeta: Mapping[str, Any]) -> str:
-    """Why this session's finalists are flagged too noisy (empty when they are not)."""
-    parts = []
+def _noise_message(noise: float, lmeta: Mapping[str, Any], unsettled: str = "") -> str:
+    """Why this session's finalists are flagged too noisy (empty when they are not), and whether its rounds never
+    became as quiet as the profile (D46)."""
+    parts = [unsettled] if unsettled else []
     if lmeta["too_noisy"]:
         parts.append(f"the LUT's profiling session failed the noise gate ({lmeta['noise_message']})")
     if noise > float(lmeta["max_noise"]):

@@ -15,7 +15,7 @@ from aows_core.config import resolve, validate
 from aows_core.devices import get_device
 from aows_core.latency import fit, lut
 from aows_core.latency.sampling import config_rows
-from aows_core.latency.verify import refit_with, verify_decision
+from aows_core.latency.verify import Timing, refit_with, verify_decision
 from aows_core.search.decisions import decide
 from aows_core.search.targets import DeviceTable, resolve_target
 
@@ -55,7 +55,7 @@ def _verify(table, target, **kw):
 
     def time_network(c):
         timings.append(list(c))
-        return dev.true_latency(c)
+        return Timing.of([dev.true_latency(c)])
 
     refit = lambda timed: refit_with(space, sets, timed, cfg.lut, 20)  # noqa: E731
     row, x, trace = verify_decision(_ows(space, target), time_network, refit, x0, **kw)
@@ -100,7 +100,7 @@ def test_verification_stops_after_max_rounds_and_says_it_did_not_converge(table)
 
     def slow(c):
         calls.append(c)
-        return 2.0 * dev.true_latency(c)
+        return Timing.of([2.0 * dev.true_latency(c)])
 
     target = f"{resolve_target('range:0.5', space, x0, 'ms'):.9f}ms"
     row, x, trace = verify_decision(_ows(space, target), slow, lambda timed: x0, x0, tolerance=0.01,
@@ -122,3 +122,11 @@ def test_a_target_the_device_cannot_meet_keeps_the_last_decision_and_says_why(ta
     assert "no network meets the target" in trace[-1]["stopped"]
     assert trace[-1]["channels"] == row["channels"] and np.array_equal(x, x0) == (len(trace) == 1)
     assert row == _ows(space, target)(x)
+
+
+def test_a_timing_is_the_median_of_its_rounds_with_their_range():
+    """The interval a decision is accepted on (D36): the rounds' range around their median."""
+    t = Timing.of([1.0, 1.1, 0.98, 1.02, 1.3])
+    assert (t.ms, t.lo, t.hi, t.rounds) == (1.02, 0.98, 1.3, 5)
+    assert t.half_width == pytest.approx(0.32 / 2.04)
+    assert Timing.of([2.0]).half_width == 0.0

@@ -87,6 +87,11 @@ def test_output_schema_and_provenance(run):
     # the jobs disturbed while timed were timed again (D27), each row once, within the budget
     assert meta["retimed"] == sum(t["retimed"] for t in meta["timings"]) <= math.ceil(0.1 * 5 * 2)
     assert meta["pairing"] == "paired" and all(t["ref_ms_raw"] > 0 for t in meta["timings"])
+    # a session as quiet as the profile (D46) is its rounds alone, from the profile's next job
+    settle = meta["settle"]
+    assert settle["settled"] and settle["quiet"] == 0.02 and settle["rounds_timed"] == 5 and settle["extra_s"] == 0
+    assert len(settle["window_noise"]) == 1 and settle["window_noise"][0] <= 0.02
+    assert meta["job_offset"] == lmeta["next_job"] == min(t["job"] for t in meta["timings"])
     assert not meta["too_noisy"] and not any(r["too_noisy"] for r in rows) and meta["round_noise"] < 0.05
     x, _ = read_lut(d / "synth_lut.parquet", space)
     for r in rows:
@@ -164,7 +169,7 @@ def test_flops_measure_exactly_the_lut_prediction(run):
 def test_rounds_below_three_are_refused_by_the_schema():
     with pytest.raises(ConfigError, match="measure.rounds"):
         validate({"measure": {"rounds": 2}})
-    assert validate({})["measure"] == {"rounds": 5, "on_fingerprint_mismatch": "error"}
+    assert validate({})["measure"] == {"rounds": 5, "settle_s": 240, "on_fingerprint_mismatch": "error"}
 
 
 def test_order_is_seeded_and_shuffled_per_round():
@@ -190,3 +195,21 @@ def test_whole_session_is_deterministic_and_the_cli_prints_a_summary(run, capsys
     out = capsys.readouterr().out
     assert rc == 0 and "uniform" in out and "range:0.3" in out and "predicted" in out
     assert io.read_table(d / "cli.parquet", "measure")[0].num_rows == 3
+
+
+
+
+def test_a_session_not_yet_quiet_is_timed_on_keeps_its_last_rounds_and_says_so(run, monkeypatch):
+    """D46 through the stage: with a quiet limit no host reaches (0), the session times further rounds for
+    measure.settle_s seconds, keeps the last 5 rounds, and its file says it never settled; settle_s 0 times the 5
+    rounds alone."""
+    d, cfg, _, _ = run
+    monkeypatch.setattr("aows_core.latency.protocol.quiet_limit", lambda sigma_n, max_noise: 0.0)
+    for settle_s in (0.05, 0.0):
+        _measure(run, cfg={**cfg, "measure": {**cfg["measure"], "settle_s": settle_s}}, out=f"s{settle_s}.parquet")
+        _, meta = io.read_table(d / f"s{settle_s}.parquet", "measure")
+        settle, rounds = meta["settle"], sorted({t["round"] for t in meta["timings"]})
+        assert not settle["settled"] and settle["quiet"] == 0.0 and len(settle["window_noise"]) == settle["rounds_timed"] - 4
+        assert rounds == list(range(settle["rounds_timed"] - 5, settle["rounds_timed"])) and len(meta["timings"]) == 10
+        assert (settle["rounds_timed"] > 5) == (settle_s > 0) and (settle["extra_s"] >= settle_s)
+        assert "did not become as quiet as when profiled" in meta["noise_message"]

@@ -114,3 +114,19 @@ def test_another_devices_latency_file_is_refused(run, tmp_path):
     with pytest.raises(io.ArtifactError, match="holds timings of device 'flops'"):
         decode(cfg, "synth", "ows", d / "u.parquet", d / "synth_lut.parquet", ["range:0.5"], tmp_path / "x.parquet",
                latency=d / "flops.parquet")
+
+
+def test_a_network_whose_rounds_disagree_is_timed_in_more_rounds_and_its_range_recorded(run):
+    """D36: a decided network is timed in verify.rounds rounds, two more at a time while their range is wider than
+    ±tolerance, at most three times verify.rounds; rounds that agree stop at verify.rounds."""
+    from aows_core.config import resolve
+    from aows_core.devices import get_device
+    from aows_core.stages._verify import MAX_ROUNDS_FACTOR, _timer
+
+    d, cfg, space, _ = run
+    lmeta = io.read_table(d / "synth.parquet", "latency")[1]
+    for tolerance, rounds in ((1e-4, MAX_ROUNDS_FACTOR * 3), (0.5, 3)):
+        settings = resolve({**cfg, "verify": {**cfg["verify"], "rounds": 3, "tolerance": tolerance}})
+        dev = get_device(cfg["devices"]["synth"], space, cfg["seed"])
+        t = _timer(dev, settings, lmeta, 10_000)(space.middle_config)
+        assert t.rounds == rounds and t.lo <= t.ms <= t.hi and (t.half_width > tolerance) == (tolerance < 0.5)
