@@ -84,24 +84,62 @@ def _sgd_step(rank: int, world: int) -> _LinearWithStats:
     return net
 
 
-def _worker(rank: int, world: int, path: str) -> None:
-    """One gloo rank: write its estimators and its model after the averaged step."""
-    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous", rank=rank, world_size=world)
+def _unaries_and_step(rank: int, world: int, path: str) -> None:
+    """This gloo rank's estimators and its model after the averaged step, written."""
+    ep, win = _estimators(rank, world)
+    net = _sgd_step(rank, world)
+    np.savez(f"{path}/rank{rank}.npz", sums=ep.sums, n=ep.n, buf=win.buf, pos=win.pos, seen=win.seen,
+             w=net.lin.weight.detach().numpy(), b=net.lin.bias.detach().numpy(), rm=net.bn.running_mean.numpy())
+
+
+def _launch_worker(rank: int, world: int, path: str) -> None:
+    """One gloo rank of a group of `world`: every multi-process computation the tests of this module compare, one
+    after the other in one process group, so that the module launches one group of two processes (and one of one)
+    instead of one per test. Each computation seeds itself and writes its own files; the sandwich steps run first,
+    under torch's default thread count, as when each test launched its own group."""
+    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous{world}", rank=rank, world_size=world)
     try:
-        ep, win = _estimators(rank, world)
-        net = _sgd_step(rank, world)
-        np.savez(f"{path}/rank{rank}.npz", sums=ep.sums, n=ep.n, buf=win.buf, pos=win.pos, seen=win.seen,
-                 w=net.lin.weight.detach().numpy(), b=net.lin.bias.detach().numpy(), rm=net.bn.running_mean.numpy())
+        if world == 2:
+            _unaries_and_step(rank, world, path)
+            _sandwich_worker(rank, world, path, steps=3, paths=("manual", "ddp"))
+        _sandwich_worker(rank, world, path, steps=1, paths=("ddp", "sync"))
+        if world == 2:
+            _retrain_runs(rank, world, path)
+        _sync_retrain_worker(rank, world, path)
     finally:
         dist.destroy_process_group()
 
 
-def test_two_ranks_hold_the_one_process_unaries_and_step(tmp_path):
-    mp.spawn(_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """The files of one launch of two gloo ranks and one of a single rank (`_launch_worker`)."""
+    path = tmp_path_factory.mktemp("launched")
+    mp.spawn(_launch_worker, args=(2, str(path)), nprocs=2, join=True)
+    mp.spawn(_launch_worker, args=(1, str(path)), nprocs=1, join=True)
+    return path
+
+
+# the tests that read the launches (or the one-process supernet below) share one pytest-xdist worker, which makes
+# them once (`--dist loadgroup`)
+on_the_launches = pytest.mark.xdist_group("ddp_launched")
+on_the_supernet = pytest.mark.xdist_group("ddp_ows_supernet")
+
+
+@pytest.fixture(scope="module")
+def ows_supernet(tmp_path_factory):
+    """The one-process OWS supernet of TINY: the reference of the two-process one, and the model the greedy baseline
+    scores (train_ows reads neither greedy nor the process counts)."""
+    path = tmp_path_factory.mktemp("ows_supernet")
+    train_supernet(validate(TINY), path / "one", path / "r1", method="ows", progress=False)
+    return path / "one"
+
+
+@on_the_launches
+def test_two_ranks_hold_the_one_process_unaries_and_step(launched):
     ep, win = _estimators(0, 1)
     net = _sgd_step(0, 1)
     for rank in (0, 1):
-        r = np.load(tmp_path / f"rank{rank}.npz")
+        r = np.load(launched / f"rank{rank}.npz")
         np.testing.assert_allclose(r["sums"], ep.sums, rtol=0, atol=1e-12)  # all-reduced float64 sums
         assert np.array_equal(r["n"], ep.n) and ep.n.sum() == STEPS * R * B * len(SIZES)
         # window means: the gathered batch in rank order is the one-process sample order, exactly
@@ -112,7 +150,8 @@ def test_two_ranks_hold_the_one_process_unaries_and_step(tmp_path):
         np.testing.assert_allclose(r["rm"], net.bn.running_mean.numpy(), rtol=0, atol=1e-6)
 
 
-def test_train_supernet_with_two_processes_keeps_the_configuration_stream(tmp_path):
+@on_the_supernet
+def test_train_supernet_with_two_processes_keeps_the_configuration_stream(tmp_path, ows_supernet):
     two = {**TINY, "supernet": {**TINY["supernet"], "processes": 2}}
     base = [sys.executable, "-m", "aows_core.cli", "train-supernet", "--config-json", json.dumps(two), "--method", "ows",
             "--out-dir", str(tmp_path / "two"), "--resume-dir", str(tmp_path / "r2"), "--quiet"]
@@ -124,8 +163,7 @@ def test_train_supernet_with_two_processes_keeps_the_configuration_stream(tmp_pa
     assert torch.load(tmp_path / "r2/checkpoint.pt", weights_only=False)["step"] == 6
     assert not (tmp_path / "r2/checkpoint.pt.stale").exists()
     subprocess.run(base, check=True, timeout=300)
-    train_supernet(validate(TINY), tmp_path / "one", tmp_path / "r1", method="ows", progress=False)
-    a, meta = io.read_table(tmp_path / "one/unaries.parquet", "unaries")
+    a, meta = io.read_table(ows_supernet / "unaries.parquet", "unaries")
     b, meta2 = io.read_table(tmp_path / "two/unaries.parquet", "unaries")
     assert a.column("count").to_pylist() == b.column("count").to_pylist()
     assert sum(b.column("count").to_pylist()) > 0 and None not in b.column("delta").to_pylist()
@@ -192,18 +230,14 @@ def _sandwich_states(rank: int, world: int, steps: int = 3, batch: int = 8,
     return out
 
 
-def _sandwich_worker(rank: int, world: int, path: str, steps: int = 3,
-                     paths: tuple[str, ...] = ("manual", "ddp")) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous{world}", rank=rank, world_size=world)
-    try:
-        torch.save(_sandwich_states(rank, world, steps, paths=paths), f"{path}/sandwich{world}_{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+def _sandwich_worker(rank: int, world: int, path: str, steps: int, paths: tuple[str, ...]) -> None:
+    """This rank's `_sandwich_states` after `steps` steps, written."""
+    torch.save(_sandwich_states(rank, world, steps, paths=paths), f"{path}/sandwich{steps}_{world}_{rank}.pt")
 
 
-def test_ddp_sandwich_steps_reach_the_manual_all_reduce_parameters(tmp_path):
-    mp.spawn(_sandwich_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
-    ranks = [torch.load(tmp_path / f"sandwich2_{r}.pt") for r in (0, 1)]
+@on_the_launches
+def test_ddp_sandwich_steps_reach_the_manual_all_reduce_parameters(launched):
+    ranks = [torch.load(launched / f"sandwich3_2_{r}.pt") for r in (0, 1)]
     torch.manual_seed(0)
     start = Supernet(space_from_config(validate(TINY))).state_dict()
     for states in ranks:
@@ -219,17 +253,16 @@ def test_ddp_sandwich_steps_reach_the_manual_all_reduce_parameters(tmp_path):
         assert torch.equal(ranks[0]["ddp"][k], ranks[1]["ddp"][k]), k
 
 
-def test_synchronised_batch_norm_makes_two_processes_take_the_one_process_step(tmp_path):
+@on_the_launches
+def test_synchronised_batch_norm_makes_two_processes_take_the_one_process_step(launched):
     """supernet.sync_bn (D30): the max, sliced and masked passes normalise each shard with the global batch's
     statistics, so two processes take the step one process takes on the whole batch (same BN arithmetic: a
     one-process group; tests/nets/test_supernet.py checks it against nn.BatchNorm2d), running statistics
     included; with per-rank statistics they do not. One step: this tiny network on random data is chaotic
     enough that float32 rounding grows to O(1) within three steps at lr 0.1."""
-    mp.spawn(_sandwich_worker, args=(2, str(tmp_path), 1, ("ddp", "sync")), nprocs=2, join=True)
-    mp.spawn(_sandwich_worker, args=(1, str(tmp_path), 1, ("ddp", "sync")), nprocs=1, join=True)
-    one = torch.load(tmp_path / "sandwich1_0.pt")
+    one = torch.load(launched / "sandwich1_1_0.pt")
     for rank in (0, 1):
-        two = torch.load(tmp_path / f"sandwich2_{rank}.pt")
+        two = torch.load(launched / f"sandwich1_2_{rank}.pt")
         for k, v in one["sync"].items():
             if v.is_floating_point():
                 torch.testing.assert_close(two["sync"][k], v, rtol=0, atol=1e-5, msg=k)
@@ -286,12 +319,12 @@ def _retrain(rank: int, world: int, resume: str, stop_after: int | None = None, 
     return res, splits.seen
 
 
-def _retrain_worker(rank: int, world: int, path: str) -> None:
-    """Uninterrupted, and stopped after 2 steps then resumed; the weights, final loss and batches of each."""
+def _retrain_runs(rank: int, world: int, path: str) -> None:
+    """With frozen BN, uninterrupted, and stopped after 2 steps then resumed; the weights, final loss and batches of
+    each."""
     from aows_core.nets import network
 
-    network.Network = _FrozenBN  # this spawned process's copy of the module
-    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous", rank=rank, world_size=world)
+    original, network.Network = network.Network, _FrozenBN  # this spawned process's copy of the module
     try:
         full, seen = _retrain(rank, world, f"{path}/resume_full")
         _retrain(rank, world, f"{path}/resume_cut", stop_after=2)
@@ -305,16 +338,17 @@ def _retrain_worker(rank: int, world: int, path: str) -> None:
         torch.save({"full": full.model.state_dict(), "cut": cut.model.state_dict(), "loss": full.final_train_loss,
                     "x": [x for x, _ in seen], "y": [y for _, y in seen]}, f"{path}/retrain{rank}.pt")
     finally:
-        dist.destroy_process_group()
+        network.Network = original  # train-mode BN again for what the launch runs next
 
 
-def test_two_process_retraining_sees_the_global_batches_and_reaches_the_one_process_weights(tmp_path, monkeypatch):
+@on_the_launches
+def test_two_process_retraining_sees_the_global_batches_and_reaches_the_one_process_weights(launched, tmp_path,
+                                                                                             monkeypatch):
     from aows_core.nets import network
 
-    mp.spawn(_retrain_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
     monkeypatch.setattr(network, "Network", _FrozenBN)
     one, seen = _retrain(0, 1, str(tmp_path / "resume_one"))
-    ranks = [torch.load(tmp_path / f"retrain{r}.pt") for r in (0, 1)]
+    ranks = [torch.load(launched / f"retrain{r}.pt") for r in (0, 1)]
     assert len(seen) == 4 and all(len(r["y"]) == 4 for r in ranks)  # 128 images, batches of 32
     for k, (x, y) in enumerate(seen):  # each rank read its half of every global batch
         assert torch.equal(torch.cat([r["x"][k] for r in ranks]), x)
@@ -334,9 +368,9 @@ def test_two_process_retraining_sees_the_global_batches_and_reaches_the_one_proc
     # the two-process checkpoint resumes in one process that accumulates the gradients of two passes of 16 (the
     # two processes' shards; D30): it goes on from step 2, not afresh, and ends where the one-process run ends
     # (frozen BN: shards and chunks normalise as the whole batch does)
-    part, _ = _retrain(0, 1, str(tmp_path / "resume_hand"), stop_after=1, micro_batch=16)
-    assert (part.epoch, part.step) == (0, 3) and not (tmp_path / "resume_hand/checkpoint.pt.stale").exists()
-    hand, _ = _retrain(0, 1, str(tmp_path / "resume_hand"), micro_batch=16)
+    part, _ = _retrain(0, 1, str(launched / "resume_hand"), stop_after=1, micro_batch=16)
+    assert (part.epoch, part.step) == (0, 3) and not (launched / "resume_hand/checkpoint.pt.stale").exists()
+    hand, _ = _retrain(0, 1, str(launched / "resume_hand"), micro_batch=16)
     for k, v in ref.items():
         if v.is_floating_point():
             torch.testing.assert_close(hand.model.state_dict()[k], v, rtol=0, atol=1e-5, msg=k)
@@ -344,25 +378,20 @@ def test_two_process_retraining_sees_the_global_batches_and_reaches_the_one_proc
 
 def _sync_retrain_worker(rank: int, world: int, path: str) -> None:
     """One retraining step with BatchNorm over the group's global batch (retrain.sync_bn): the weights after it."""
-    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous{world}", rank=rank, world_size=world)
-    try:
-        res, _ = _retrain(rank, world, f"{path}/resume_sync{world}", stop_after=1, sync_bn=True)
-        torch.save(res.model.state_dict(), f"{path}/sync{world}_{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    res, _ = _retrain(rank, world, f"{path}/resume_sync{world}", stop_after=1, sync_bn=True)
+    torch.save(res.model.state_dict(), f"{path}/sync{world}_{rank}.pt")
 
 
-def test_two_process_retraining_with_synchronised_batch_norm_takes_the_one_process_step(tmp_path):
+@on_the_launches
+def test_two_process_retraining_with_synchronised_batch_norm_takes_the_one_process_step(launched):
     """Train-mode BN (not frozen) over the global batch: two processes of 16 images take the step of one process
     holding all 32 (D30; that process in a group of one, for the same BN arithmetic). One step: with train-mode BN
     on 32 random-label images, float32 rounding grows ~30-fold per step here (1.8e-6, 6e-5, 5e-2 after 1-3)."""
-    mp.spawn(_sync_retrain_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
-    mp.spawn(_sync_retrain_worker, args=(1, str(tmp_path)), nprocs=1, join=True)
-    one = torch.load(tmp_path / "sync1_0.pt")
+    one = torch.load(launched / "sync1_0.pt")
     torch.manual_seed(0)  # train_network's initialisation (the config's seed)
     start = Network(space_from_config(validate(RETRAIN)), space_from_config(validate(RETRAIN)).min_config)
     assert any(not torch.equal(one[k], v) for k, v in start.state_dict().items())  # the step moved the weights
-    for two in (torch.load(tmp_path / f"sync2_{k}.pt") for k in (0, 1)):
+    for two in (torch.load(launched / f"sync2_{k}.pt") for k in (0, 1)):
         for k, v in one.items():
             if v.is_floating_point():
                 torch.testing.assert_close(two[k], v, rtol=0, atol=1e-5, msg=k)
@@ -415,15 +444,15 @@ def test_aows_retrain_with_two_processes_relaunches_under_torchrun_and_evaluates
     assert not (tmp_path / "r2/checkpoint.pt").exists()
 
 
-def test_greedy_with_two_processes_relaunches_under_torchrun_and_scores_as_one_process(tmp_path):
+@on_the_supernet
+def test_greedy_with_two_processes_relaunches_under_torchrun_and_scores_as_one_process(tmp_path, ows_supernet):
     """greedy.processes = 2: each process scores every other search-validation image; the summed counts give the
     one-process trajectory (same trims, same errors, CE up to summation order) and rank 0 writes it (D30)."""
     cfg = validate({**TINY, "greedy": {"n_eval": 64, "n_cal": 48, "batch_size": 16}})
-    train_supernet(cfg, tmp_path / "ows", tmp_path / "resume", progress=False)
-    one = greedy_trajectory(cfg, tmp_path / "ows/model.pt", tmp_path / "one.parquet", progress=False)
+    one = greedy_trajectory(cfg, ows_supernet / "model.pt", tmp_path / "one.parquet", progress=False)
     two = {**cfg, "greedy": {**cfg["greedy"], "processes": 2}}
     subprocess.run([sys.executable, "-m", "aows_core.cli", "greedy", "--config-json", json.dumps(two), "--model",
-                    str(tmp_path / "ows/model.pt"), "--out", str(tmp_path / "two.parquet"), "--quiet"],
+                    str(ows_supernet / "model.pt"), "--out", str(tmp_path / "two.parquet"), "--quiet"],
                    check=True, timeout=300)
     table, meta = io.read_table(tmp_path / "two.parquet", "greedy_trajectory")
     rows = table.to_pylist()
