@@ -12,9 +12,16 @@ from aows_core.space import get_space
 
 pytestmark = pytest.mark.slow
 
+# TINY's settings at a fraction of its data and estimation sizes: the test checks that a residual space goes through
+# every stage (methods, widths, roles, export), not what it learns
 CONFIG = {**TINY, "space": {"preset": "resnet_fmnist", "n_choices": 3, "width_mult": 0.5},
           "devices": {"synth": {"backend": "synthetic", "noise": 0.01, "drift": 0.1}},
-          "decode": {"targets": ["range:0.4"]}, "aows": {**TINY["aows"], "targets": ["range:0.4"], "device_targets": {}}}
+          "data": {"train_subset": 128, "search_val": 32, "calibration": 32},
+          "supernet": {**TINY["supernet"], "estimate_configs": 20, "estimate_images": 64},
+          "greedy": {**TINY["greedy"], "n_eval": 32, "n_cal": 32},
+          "decode": {"targets": ["range:0.4"]},
+          "aows": {**TINY["aows"], "targets": ["range:0.4"], "device_targets": {}, "estimate_configs": 10,
+                   "final_configs": 20}}
 EXPORT = "results/export/synth/aows/range:0.4/seed0/model.onnx"
 
 
