@@ -9,8 +9,9 @@ session's typical job were disturbed while timed and are timed again within a bu
 device (FLOPs) is counted once, uncorrected.
 
 Noise floor: σ_n = RMS((m₁ − m₂)/m̄)/√2 over retest pairs; the noise gate (`noise_gate`) compares it with `max_noise`.
-Measuring (§7, D24): finalists in shuffled rounds timed exactly as profiling timed (`measure_plan`), corrected to the
-LUT's reference baseline (`finalist_rows`). Devices are duck-typed (`measure`, `measure_paired`, `analytic`, `spec`,
+Measuring (§7, D24): finalists in shuffled rounds timed exactly as profiling timed (`measure_plan`), more rounds
+until the last ones are as quiet as the profile (`settle_rounds`, D46), corrected to the LUT's reference baseline
+(`finalist_rows`). Devices are duck-typed (`measure`, `measure_paired`, `analytic`, `spec`,
 `keys`); the journal, the device session and the files belong to the stages.
 """
 
@@ -191,6 +192,7 @@ def correct(rows: list[dict], baseline: float | None = None) -> tuple[list[dict]
 
 # A job whose chunk ratios spread this many times more than the session's typical job was disturbed while timed.
 RETIME_FACTOR = 3.0
+
 
 def disturbed_limit(spreads: Sequence[float]) -> float:
     """The chunk-ratio range above which a job was disturbed while timed: RETIME_FACTOR × the median range of the
