@@ -83,7 +83,7 @@ def _verify_targets(settings: Settings, lut: LutFile, latency: tuple[Any, Mappin
                     targets: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """`verify_decision` of each target on the table refitted with the timings of its decided networks (D36)."""
     from ..latency.lut import columns_of, split_sets
-    from ..latency.verify import refit_with, verify_decision
+    from ..latency.verify import Timing, refit_with, verify_decision
 
     space, verify, table = settings.space, settings.verify, lut.table
     sets = split_sets(space, columns_of(latency[0]))  # the rows `fit-lut` fitted on
@@ -104,7 +104,8 @@ def _verify_targets(settings: Settings, lut: LutFile, latency: tuple[Any, Mappin
             lut.x, tolerance=float(verify.tolerance), max_rounds=int(verify.max_rounds))
         rows.append(row)
         last = trace[-1]
-        interval = (last["measured_hi_ms"] - last["measured_lo_ms"]) / (2 * last["measured_ms"])
+        interval = Timing(last["measured_ms"], last["measured_lo_ms"], last["measured_hi_ms"],
+                          last["timing_rounds"]).half_width
         converged = abs(last["rel_error"]) <= verify.tolerance and interval <= verify.tolerance
         per_target.append({"target": t, "converged": converged, "interval": interval,
                            "networks_timed": sum(r["timed"] for r in trace), "lut": [float(v) for v in x],
@@ -112,17 +113,16 @@ def _verify_targets(settings: Settings, lut: LutFile, latency: tuple[Any, Mappin
     return rows, per_target
 
 
-def _timer(dev: Any, settings: Settings, lmeta: Mapping[str, Any],
-           first_job: int | None = None) -> Callable[[Sequence[int]], Timing]:
+def _timer(dev: Any, settings: Settings, lmeta: Mapping[str, Any]) -> Callable[[Sequence[int]], Timing]:
     """A network's latency as `measure` gives it: the median over `verify.rounds` of the profiling protocol's timing,
     corrected to the LUT's reference baseline (§7, D24, D27), and their range; two rounds more at a time while that
-    range is wider than ±`verify.tolerance`, up to MAX_ROUNDS_FACTOR × `verify.rounds` (D36). Jobs are numbered from
-    `first_job` (default: the profiling session's next)."""
+    range is wider than ±`verify.tolerance`, up to MAX_ROUNDS_FACTOR × `verify.rounds` (D36). Jobs are numbered on
+    from the profiling session's."""
     from ..latency.protocol import correct, measure_plan, time_jobs
     from ..latency.verify import Timing
 
     baseline = float(lmeta["reference_baseline"])
-    first = [int(lmeta["next_job"]) if first_job is None else first_job]
+    first = [int(lmeta["next_job"])]
     space, protocol, seed, verify = settings.space, settings.profiling, settings.seed, settings.verify
 
     def time_network(channels: Sequence[int]) -> Timing:

@@ -163,8 +163,8 @@ class _Measurement:
             session_reference_baseline=session_baseline, pairing="analytic" if analytic else "paired",
             correction=("counted, not timed" if analytic else "corrected = stat(network) / stat(alternating reference) "
                         "× reference_baseline(LUT), as in profiling (D27)"),
-            settle=None if self.settling is None else self.settling.to_dict(), round_noise=noise, max_noise=float(lmeta["max_noise"]),
-            lut_too_noisy=bool(lmeta["too_noisy"]), too_noisy=bool(out_rows[0]["too_noisy"]),
+            settle=None if self.settling is None else self.settling.to_dict(), round_noise=noise,
+            max_noise=float(lmeta["max_noise"]), lut_too_noisy=bool(lmeta["too_noisy"]), too_noisy=bool(out_rows[0]["too_noisy"]),
             noise_message=_noise_message(noise, lmeta, "" if self.settling is None else
                                          self.settling.message(s.measure.settle_s)),
             networks=[list(n) for n in self.nets], decisions=[f["source"] for f in self.finalists],

@@ -128,5 +128,5 @@ def test_a_network_whose_rounds_disagree_is_timed_in_more_rounds_and_its_range_r
     for tolerance, rounds in ((1e-4, MAX_ROUNDS_FACTOR * 3), (0.5, 3)):
         settings = resolve({**cfg, "verify": {**cfg["verify"], "rounds": 3, "tolerance": tolerance}})
         dev = get_device(cfg["devices"]["synth"], space, cfg["seed"])
-        t = _timer(dev, settings, lmeta, 10_000)(space.middle_config)
+        t = _timer(dev, settings, lmeta)(space.middle_config)
         assert t.rounds == rounds and t.lo <= t.ms <= t.hi and (t.half_width > tolerance) == (tolerance < 0.5)
