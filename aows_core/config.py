@@ -733,6 +733,7 @@ class ProfilingSettings(Section):
     reference_share: float = 0.4
     max_noise: str | float = "auto"
     retime: float = 0.1
+    spell_retime: float = 0.2
     retest: int = 50
     checkpoint_every: int = 10
 

@@ -8,7 +8,8 @@ included). Each variant is then computed from the same timings, so variants diff
 host's mood:
 
     default       the config as it is
-    no-retime     the first timing of every job (re-timing of disturbed jobs off, D27)
+    no-retime     the first timing of every job (re-timing off: neither disturbed jobs, D27, nor spells, D47)
+    no-spell      the jobs timed in one of the host's spells not timed again (D47 off; D27's re-timing kept)
     no-smooth     lut.smoothness [0] (the smoothness prior off, D38)
     no-link       lut.link_knots [] (the link off, D39)
 
@@ -61,6 +62,7 @@ from aows_core.latency.protocol import (
     retime_jobs,
     round_noise,
     settle_rounds,
+    spell_level,
     time_jobs,
 )
 from aows_core.stages import sample
@@ -68,7 +70,7 @@ from aows_core.stages.profile import run as profile
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT_VARIANTS = {"no-smooth": {"smoothness": [0.0]}, "no-link": {"link_knots": []}}
-TIMING_VARIANTS = {"no-retime": {"retime": False}}
+TIMING_VARIANTS = {"no-retime": {"retime": False}, "no-spell": {"spell": False}}
 VARIANTS = ["default", *TIMING_VARIANTS, *FIT_VARIANTS]
 COLUMNS = ("role", "set", "channels", "latency_ms", "config_id")
 
@@ -90,7 +92,8 @@ def run_sessions(cfg: dict, devices: list[str], n: int, out: Path) -> None:
                 res = profile(cfg, {"configs": out / "configs.parquet"}, {"out": out / f"{name}.parquet"},
                               device=device, resume_dir=out / f"resume_{name}", progress=False)
                 print(f"{name}: σ_n {100 * res['sigma_n']:.2f} %, {res['total']} jobs ({res['retimed']} timed "
-                      f"again), {time.perf_counter() - t0:.0f} s", flush=True)
+                      f"again; {res['timed_in_spell']} timed in a spell at first, {res['left_in_spell']} at the end), "
+                      f"{time.perf_counter() - t0:.0f} s", flush=True)
     finally:
         journal.Journal.remove = keep
 
@@ -101,13 +104,15 @@ def timings(out: Path, name: str) -> list[dict]:
     return [json.loads(s) for s in lines[1:]]
 
 
-def corrected(raw: list[dict], retime: bool = True) -> tuple[list[dict], float]:
-    """The session's corrected rows as `aows profile` (or `measure`) writes them, re-timing left out unless `retime`;
-    and the seconds its timed jobs took."""
+def corrected(raw: list[dict], retime: bool = True, spell: bool = True) -> tuple[list[dict], float]:
+    """The session's corrected rows as `aows profile` writes them, re-timing left out unless `retime`, the re-timing
+    of spells (D47) unless `spell`; and the seconds its timed jobs took."""
     plain = [dict(r) for r in raw if r["role"] != "retime"]
-    again = [dict(r) for r in raw if r["role"] == "retime"] if retime else []
+    level = spell_level(plain) if spell else None  # None: no spell re-timed (off, or a session mostly in spells)
+    again = [dict(r) for r in raw
+             if retime and r["role"] == "retime" and (level is not None or r.get("cause") != "spell")]
     seconds = sum(r["timed_s"] + r["overhead_s"] for r in plain + again)
-    rows, _ = correct(merge_retimed(plain, again))
+    rows, _ = correct(merge_retimed(plain, again, level))
     return rows, seconds
 
 

@@ -98,7 +98,8 @@ KINDS: dict[str, Kind] = {
             "ref_ms_raw": "the statistic of the reference network's passes in the same job (NaN on `flops`)",
             "pair_ratio": "network statistic ÷ reference statistic (NaN on `flops`)",
             "ratio_spread": "relative range (max − min) ÷ median of the per-chunk ratios; large = disturbed",
-            "retimed": "the job was timed again because its ratio_spread was large; the less disturbed timing is kept",
+            "retimed": ("the job was timed again: its ratio_spread was large (D27) or it was timed in one of the host's "
+                        "spells (D47); the timing outside a spell, then the less disturbed one, is kept"),
         },
         metadata={
             "space": "the space's definition",
@@ -118,6 +119,12 @@ KINDS: dict[str, Kind] = {
             "overhead_s": "seconds of construction, session creation and warm-up",
             "session_wall_s": "the session's wall time",
             "retimed": "jobs timed again",
+            "quiet_level_ms": "the host's quiet reference level: the 10th percentile of the first timings' ref_ms_raw (D47)",
+            "spells_retimed": ("whether they were timed again: not when the host was in spells for half the session or "
+                               "more (no quiet majority to return to, D47)"),
+            "timed_in_spell": "jobs first timed in one of the host's spells: ref_ms_raw above 1.2 × quiet_level_ms (D47)",
+            "retimed_in_spell": "re-timings of those jobs (D47)",
+            "left_in_spell": "jobs whose kept timing is still in a spell (D47)",
             "next_job": "the number of jobs: `measure` numbers its jobs after them",
             "targets": "the device's targets when profiled (they set the `auto` noise gate)",
             "sigma_n": "test–retest noise σ_n = RMS((m₁ − m₂)/m̄)/√2 over the retest pairs",

@@ -211,21 +211,74 @@ def disturbed(rows: list[dict], budget: int) -> list[dict]:
 
 
 # What a re-timing keeps of the job it re-times: its place in the session and what it times.
-JOB_KEYS = ("job", "role", "config_id", "channels", "set", "round", "network", "retime_of", "t_abs")
+JOB_KEYS = ("job", "role", "config_id", "channels", "set", "round", "network", "retime_of", "cause", "t_abs")
 
 
-def merge_retimed(rows: list[dict], retimed: list[dict]) -> list[dict]:
-    """Each re-timed job keeps the less disturbed of its two timings (lower chunk-ratio spread); `retimed` marks it."""
-    by_job = {r["retime_of"]: r for r in retimed}
+def merge_retimed(rows: list[dict], retimed: list[dict], level: float | None = None) -> list[dict]:
+    """Each re-timed job keeps the best of its timings: outside a spell of the host first (`in_spell` against the
+    session's quiet `level`, when given, D47), then the less disturbed (lower chunk-ratio spread, D27); `retimed`
+    marks it."""
+    by_job: dict[int, list[dict]] = {}
+    for r in retimed:
+        by_job.setdefault(r["retime_of"], []).append(r)
+
+    def worse(r: dict) -> tuple[bool, float]:
+        return level is not None and in_spell(r, level), r["ratio_spread"]
+
     out = []
     for r in rows:
         r = {**r, "retimed": r["job"] in by_job}
-        again = by_job.get(r["job"])
-        if again is not None and again["ratio_spread"] < r["ratio_spread"]:
-            r.update({k: v for k, v in again.items() if k not in JOB_KEYS})
+        best = min(by_job.get(r["job"], []), key=worse, default=None)
+        if best is not None and worse(best) < worse(r):
+            r.update({k: v for k, v in best.items() if k not in JOB_KEYS})
             r["own_reference"] = True  # timed later than its neighbours: only its own reference describes the host
         out.append(r)
     return out
+
+
+# The host's spells (D47): a job whose own reference ran SPELL_RISE times slower than the session's quiet level — the
+# QUIET_QUANTILE of its first timings' references, the host uncontended — was timed while something else held the
+# machine, when a network and the reference do not slow alike and their ratio errs by up to ±40 %.
+SPELL_RISE = 1.2
+QUIET_QUANTILE = 0.1
+# A job timed in a spell is timed again at most this many times, until once outside one.
+SPELL_TRIES = 2
+# A session timed in spells for at least this share of its jobs has no quiet majority to return to: re-timing a part
+# of it mixes the host's two states in one table, which measured worse than leaving them (D47 stands aside).
+SPELL_MAJORITY = 0.5
+
+
+def quiet_level(rows: list[dict]) -> float:
+    """The session's quiet reference level (D47): the QUIET_QUANTILE of its jobs' reference timings (inf unpaired)."""
+    refs = np.asarray([r["ref_ms_raw"] for r in rows], dtype=np.float64)
+    refs = refs[np.isfinite(refs)]
+    return float(np.quantile(refs, QUIET_QUANTILE)) if refs.size else math.inf
+
+
+def in_spell(row: Mapping[str, Any], level: float) -> bool:
+    """Whether a job was timed in one of the host's spells: its reference above SPELL_RISE × the quiet level (D47)."""
+    return bool(row["ref_ms_raw"] > SPELL_RISE * level)
+
+
+def spell_level(rows: list[dict]) -> float | None:
+    """The quiet level a session's spells are re-timed against (D47), or None where there is none to return to: an
+    unpaired session, or one timed in spells for SPELL_MAJORITY of its jobs or more."""
+    level = quiet_level(rows)
+    if not math.isfinite(level) or np.mean([in_spell(r, level) for r in rows]) >= SPELL_MAJORITY:
+        return None
+    return level
+
+
+def spell_record(plain: list[dict], again: list[dict], kept: list[dict]) -> dict[str, Any]:
+    """What a latency file says of the host's spells (D47): the quiet level, whether spells were timed again, and how
+    many jobs were first timed in one, re-timed for one, and kept in one, from a session's first timings, its
+    re-timings and its kept rows."""
+    level = quiet_level(plain)
+    return {"quiet_level_ms": level if math.isfinite(level) else None,
+            "spells_retimed": spell_level(plain) is not None,
+            "timed_in_spell": sum(in_spell(r, level) for r in plain),
+            "retimed_in_spell": sum(r.get("cause") == "spell" for r in again),
+            "left_in_spell": sum(in_spell(r, level) for r in kept)}
 
 
 def target_gaps(targets_ms: Sequence[float]) -> float:

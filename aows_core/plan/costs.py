@@ -63,7 +63,8 @@ def facts(settings: Settings, finalists: Mapping[str, int], images: tuple[int, i
     for name in settings.devices:
         analytic = _analytic(settings, name)
         n = len(profile_plan(settings.space, configs, settings.profiling, settings.seed, analytic))
-        jobs[name] = n if analytic else n + math.ceil(float(settings.profiling.retime) * n)
+        again = math.ceil(float(settings.profiling.retime) * n) + math.ceil(float(settings.profiling.spell_retime) * n)
+        jobs[name] = n if analytic else n + again  # at most: the re-timing budgets (D27, D47)
     return Facts(steps["supernet"], steps["retrain"], int(images[1]), jobs, dict(finalists))
 
 

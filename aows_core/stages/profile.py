@@ -7,6 +7,7 @@ import math
 import os
 import time
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -47,8 +48,9 @@ class _Session:
         self.budget = stop_after if stop_after is not None else math.inf
         self.jobs: list = []
 
-    def run(self, todo: Sequence, retime_of: Mapping[int, int] | None = None) -> bool:
-        """Append `todo` to the timeline and time what the journal lacks; False when `stop_after` ran out first."""
+    def run(self, todo: Sequence, extra: Mapping[int, dict] | None = None) -> bool:
+        """Append `todo` to the timeline and time what the journal lacks, each row with its `extra` fields (a
+        re-timing's job and cause); False when `stop_after` ran out first."""
         from ..latency.protocol import time_network
 
         self.jobs.extend(todo)
@@ -63,21 +65,26 @@ class _Session:
             row = {"job": j.job, "role": j.role, "config_id": j.config_id, "channels": list(j.channels), "set": j.set,
                    "t_abs": time.time(), **time_network(self.device, j.channels, j.job, self.counts, self.statistic,
                                                          self.pairing)}
-            if retime_of is not None:
-                row["retime_of"] = retime_of[j.job]
+            if extra is not None:
+                row.update(extra[j.job])
             self.journal.append(row)
             self.budget -= 1
             if self.bar is not None:
                 self.bar.update(1)
         return True
 
-    def rows(self) -> list[dict]:
-        """The timed jobs of the timeline, each re-timed job merged into its original (D27), with its round."""
-        from ..latency.protocol import merge_retimed
-
+    def timed(self) -> tuple[list[dict], list[dict]]:
+        """The timeline's first timings and its re-timings, as journaled."""
         rows = self.journal.rows[: len(self.jobs)]
-        plain = [dict(r) for r in rows if r["role"] != "retime"]
-        return merge_retimed(plain, [dict(r) for r in rows if r["role"] == "retime"])
+        return [dict(r) for r in rows if r["role"] != "retime"], [dict(r) for r in rows if r["role"] == "retime"]
+
+    def rows(self) -> list[dict]:
+        """The timed jobs of the timeline, each re-timed job merged into its original: its timing outside a spell of
+        the host first (D47), then the less disturbed (D27)."""
+        from ..latency.protocol import merge_retimed, spell_level
+
+        plain, again = self.timed()
+        return merge_retimed(plain, again, spell_level(plain))
 
 
 @dataclass(frozen=True)
@@ -123,7 +130,7 @@ def profile_session(job: ProfileJob, configs_path: str | os.PathLike, out_path: 
     sess = _Session(journal, device, protocol, space, bar, control.stop_after)
     session_start = time.perf_counter()
     try:
-        complete = sess.run(plan) and sess.run(*_retime(sess, protocol))
+        complete = sess.run(plan) and _retime(sess, protocol)
     finally:
         journal.close()
         if bar is not None:
@@ -135,28 +142,58 @@ def profile_session(job: ProfileJob, configs_path: str | os.PathLike, out_path: 
     return res
 
 
-def _retime(sess: _Session, protocol: ProfilingSettings) -> tuple[list, dict[int, int]]:
-    """The jobs disturbed while timed, to time again (D27): at most `retime` × the session's jobs, most disturbed
-    first (none on an analytic device); with the job each re-times."""
-    from ..latency.protocol import Job, correct, disturbed
+def _retime(sess: _Session, protocol: ProfilingSettings) -> bool:
+    """Time again, in rounds, the jobs disturbed while timed (D27: chunk ratios spread, at most `retime` × the
+    session's jobs, most disturbed first) and those timed in one of the host's spells (D47: until timed outside one,
+    at most `spell_retime` × the jobs and SPELL_TRIES times each, the slowest reference first; not where the host was
+    in spells for most of the session, `spell_level`); none on an analytic device. False when `stop_after` ran out
+    first. Each round follows from the journal alone, so a resumed session re-times exactly what an uninterrupted one
+    does."""
+    from ..latency.protocol import Job
+
+    while True:
+        todo = _retime_round(sess, protocol)
+        if not todo:
+            return True
+        first = len(sess.jobs)
+        jobs = [Job(first + k, "retime", r["config_id"], tuple(r["channels"]), r["set"])
+                for k, (r, _) in enumerate(todo)]
+        if not sess.run(jobs, {j.job: {"retime_of": r["job"], "cause": c} for j, (r, c) in zip(jobs, todo)}):
+            return False
+
+
+def _retime_round(sess: _Session, protocol: ProfilingSettings) -> list[tuple[dict, str]]:
+    """The next round of re-timings (see `_retime`): (the job's first timing, "disturbed" or "spell") each."""
+    from ..latency.protocol import SPELL_TRIES, disturbed, in_spell, spell_level
 
     if sess.device.analytic:
-        return [], {}
-    rows, _ = correct(sess.rows())
-    again = disturbed(rows, math.ceil(protocol.retime * len(rows)))
-    first = len(sess.jobs)
-    jobs = [Job(first + k, "retime", r["config_id"], tuple(r["channels"]), r["set"]) for k, r in enumerate(again)]
-    return jobs, {j.job: r["job"] for j, r in zip(jobs, again)}
+        return []
+    plain, again = sess.timed()
+    todo: list[tuple[dict, str]] = []
+    if not again:  # the first round: the disturbed jobs, once (D27)
+        todo = [(r, "disturbed") for r in disturbed(plain, math.ceil(protocol.retime * len(plain)))]
+    level = spell_level(plain)
+    if level is None:
+        return todo
+    spells = [r for r in again if r.get("cause") == "spell"]
+    tries = Counter(r["retime_of"] for r in spells)
+    chosen = {r["job"] for r, _ in todo}
+    left = math.ceil(protocol.spell_retime * len(plain)) - len(spells)
+    kept = [r for r in sess.rows() if in_spell(r, level) and tries[r["job"]] < SPELL_TRIES and r["job"] not in chosen]
+    first = {r["job"]: r for r in plain}
+    todo += [(first[r["job"]], "spell") for r in sorted(kept, key=lambda r: -r["ref_ms_raw"])[: max(left, 0)]]
+    return todo
 
 
 def _write(sess: _Session, job: ProfileJob, cmeta: Mapping[str, Any], out_path: str | os.PathLike,
            wall: float) -> dict[str, Any]:
     """The latency artifact of a finished session: every job corrected (D27), σ_n and the noise gate."""
     from .. import artifacts
-    from ..latency.protocol import correct, noise_gate, reference_config, retest_noise
+    from ..latency.protocol import correct, noise_gate, reference_config, retest_noise, spell_record
 
     device, journal, space, protocol = sess.device, sess.journal, job.space, job.protocol
     rows, baseline = correct(sess.rows())
+    spells = spell_record(*sess.timed(), rows)
     noise = retest_noise(rows) if not device.analytic else retest_noise([])
     gate = noise_gate(noise["sigma_n"], _threshold(protocol, job.targets, rows, device))
     t0 = journal.rows[0]["t_abs"]
@@ -186,6 +223,7 @@ def _write(sess: _Session, job: ProfileJob, cmeta: Mapping[str, Any], out_path: 
         retimed=n_retimed,
         next_job=len(sess.jobs),
         targets=list(job.targets),
+        **spells,
         **noise,
         **gate,
     )
@@ -193,7 +231,7 @@ def _write(sess: _Session, job: ProfileJob, cmeta: Mapping[str, Any], out_path: 
     if gate["too_noisy"]:
         warnings.warn(f"{job.device}: {gate['noise_message']}", stacklevel=3)
     return {"complete": True, "done": len(rows), "total": len(sess.jobs), **noise, **gate, "retimed": n_retimed,
-            "reference_baseline": baseline}
+            "reference_baseline": baseline, **spells}
 
 
 def _threshold(protocol: ProfilingSettings, targets: Sequence[str], rows: list[dict], device: Any) -> float:
@@ -223,8 +261,12 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 
 def report(res: dict[str, Any], args: argparse.Namespace) -> None:
     if res["complete"]:
-        print(f"wrote {args.out}: {res['done']} timings ({res['retimed']} timed again: disturbed while timed); "
+        print(f"wrote {args.out}: {res['done']} timings ({res['retimed']} timed again: disturbed while timed, or in "
+              f"one of the host's spells: {res['timed_in_spell']} at first, {res['left_in_spell']} at the end); "
               f"σ_n = {100 * res['sigma_n']:.2f} % over {res['retest_pairs']} retest pairs")
+        if not res["spells_retimed"] and res["timed_in_spell"]:
+            print(f"the host was in spells for most of the session ({res['timed_in_spell']} of {res['done']} jobs): "
+                  "none timed again (D47); profile again when it is quieter")
         if res["too_noisy"]:
             print(f"WARNING: {res['noise_message']}")
     else:

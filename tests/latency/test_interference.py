@@ -82,7 +82,7 @@ def test_a_session_above_the_gate_is_flagged_and_says_what_to_do(tiny_space, tmp
 def test_jobs_disturbed_while_timed_are_timed_again_and_resume_exactly(tiny_space, tmp_path):
     write_uniform_configs(tiny_space, tmp_path / "c.parquet", (60, 10, 30))
     fast = {**BUSY, "regime_dwell": 0.15}  # switches within one job's chunks
-    p = protocol(retest=10, retime=0.2)
+    p = protocol(retest=10, retime=0.2, spell_retime=0.0)  # D27 alone (D47: tests/latency/test_spells.py)
     full = _profile(tiny_space, tmp_path, "full", p, spec=fast, resume="a")
     table, meta = io.read_table(tmp_path / "full.parquet", "latency")
     rows = table.to_pylist()
@@ -97,7 +97,8 @@ def test_jobs_disturbed_while_timed_are_timed_again_and_resume_exactly(tiny_spac
     again = io.read_table(tmp_path / "part.parquet", "latency")[0].drop(["t_start_s"]).to_pandas()
     pd.testing.assert_frame_equal(again, table.drop(["t_start_s"]).to_pandas())  # NaN columns compare equal
     # the budget bounds the work: none re-timed with retime 0
-    none = _profile(tiny_space, tmp_path, "none", protocol(retest=10, retime=0.0), spec=fast, resume="c")
+    none = _profile(tiny_space, tmp_path, "none", protocol(retest=10, retime=0.0, spell_retime=0.0), spec=fast,
+                    resume="c")
     assert none["retimed"] == 0
 
 
