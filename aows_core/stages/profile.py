@@ -164,7 +164,7 @@ def _retime(sess: _Session, protocol: ProfilingSettings) -> bool:
 
 def _retime_round(sess: _Session, protocol: ProfilingSettings) -> list[tuple[dict, str]]:
     """The next round of re-timings (see `_retime`): (the job's first timing, "disturbed" or "spell") each."""
-    from ..latency.protocol import SPELL_TRIES, disturbed, in_spell, spell_level
+    from ..latency.protocol import SPELL_TRIES, disturbed, in_spell, merge_retimed, spell_level
 
     if sess.device.analytic:
         return []
@@ -179,7 +179,8 @@ def _retime_round(sess: _Session, protocol: ProfilingSettings) -> list[tuple[dic
     tries = Counter(r["retime_of"] for r in spells)
     chosen = {r["job"] for r, _ in todo}
     left = math.ceil(protocol.spell_retime * len(plain)) - len(spells)
-    kept = [r for r in sess.rows() if in_spell(r, level) and tries[r["job"]] < SPELL_TRIES and r["job"] not in chosen]
+    kept = [r for r in merge_retimed(plain, again, level)
+            if in_spell(r, level) and tries[r["job"]] < SPELL_TRIES and r["job"] not in chosen]
     first = {r["job"]: r for r in plain}
     todo += [(first[r["job"]], "spell") for r in sorted(kept, key=lambda r: -r["ref_ms_raw"])[: max(left, 0)]]
     return todo
