@@ -499,7 +499,7 @@ def parse_net_key(text: str) -> list[int]:
 
 def space_from_config(config: Mapping):
     """The SearchSpace a validated config describes (a stage reads it once, with the rest: `resolve`)."""
-    return SpaceSettings.from_mapping(config["space"]).build()
+    return SpaceSettings.from_mapping(config["space"]).build(config["data"]["dataset"])
 
 
 # ---------------------------------------------------------------------------------------- methods
@@ -515,6 +515,10 @@ DEFAULT_ROOTS: dict[str, str | None] = {
     "cifar10": None,
     "imagefolder": None,
 }
+
+
+# Each dataset's images as a network reads them (channels, height = width): the input a traced model is traced on.
+DATASET_INPUT: dict[str, tuple[int, int]] = {"fashion_mnist": (1, 28), "cifar10": (3, 32), "imagefolder": (3, 224)}
 
 
 class DataError(ValueError):
@@ -685,13 +689,44 @@ class SpaceSettings(Section):
     width_mult: float | None = None
     first_stride: int | None = None
     n_choices: int | None = None
+    model: str | None = None
+    model_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    fixed: tuple[str, ...] = ()
 
-    def build(self) -> SearchSpace:
-        """The SearchSpace these settings describe."""
+    def build(self, dataset: str = "fashion_mnist") -> SearchSpace:
+        """The SearchSpace these settings describe: the preset's, or `model` traced on the dataset's input shape."""
         from .space import get_space
 
-        params = self.to_dict()
-        return get_space(params.pop("preset"), **params)
+        if self.model is None:
+            params = self.to_dict()
+            for key in ("model", "model_kwargs", "fixed"):
+                params.pop(key)
+            return get_space(params.pop("preset"), **params)
+        return self.traced(dataset).space
+
+    def traced(self, dataset: str = "fashion_mnist"):
+        """`model` traced into a space (`aows_core.tracing`), on space.in_channels × space.resolution² inputs, else the
+        dataset's image shape."""
+        from .tracing import TRACED_N_CHOICES, load_model, trace_space
+
+        for key in ("width_mult", "first_stride"):
+            if getattr(self, key) is not None:
+                raise ConfigError(f"config key space.{key} applies to a preset; a traced space.model has the widths "
+                                  f"and strides of its module (remove space.{key})")
+        channels, resolution = DATASET_INPUT[dataset]
+        shape = (self.in_channels or channels, self.resolution or resolution, self.resolution or resolution)
+        model = load_model(self.model, self.model_kwargs)
+        traced = trace_space(model, shape, _traced_name(self.model), fixed=self.fixed,
+                             n_choices=self.n_choices or TRACED_N_CHOICES, model_name=self.model)
+        if self.num_classes is not None and traced.space.num_classes != self.num_classes:
+            raise ConfigError(f"space.model {self.model!r} has {traced.space.num_classes} classes, space.num_classes "
+                              f"says {self.num_classes}: pass num_classes in space.model_kwargs")
+        return traced
+
+
+def _traced_name(model: str) -> str:
+    """A traced space's name: the model's name (its function's)."""
+    return re.sub(r"[^A-Za-z0-9_]+", "_", model.rpartition(":")[2]).strip("_") or "traced"
 
 
 @dataclass(frozen=True)
@@ -923,5 +958,5 @@ class Settings:
 def resolve(config: Mapping[str, Any]) -> Settings:
     """The Settings of a validated config (`validate`, `load`): each section once, the space built once."""
     sections = {key: cls.from_mapping(config[key]) for key, cls in SECTIONS.items() if key != "space"}
-    return Settings(seed=int(config["seed"]), space=SpaceSettings.from_mapping(config["space"]).build(),
+    return Settings(seed=int(config["seed"]), space=space_from_config(config),
                     devices=_frozen(config["devices"]), **sections)  # type: ignore[arg-type]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 from torch import nn
 
 from aows_core.space import Stage, build_space, get_space
+from aows_core.tracing import load_model, trace_space
 
 # Every edge kind of a residual space: a ResNet stem with max-pool (convpool), a dwsep layer, bottleneck blocks
 # whose first block projects its shortcut (stride 1, then 2) and identity blocks, at a tiny resolution.
@@ -16,8 +19,12 @@ TINY_BOTTLENECK = build_space(
      Stage("bottleneck", 64, 2, 2)],
     resolution=16, in_channels=3, num_classes=5, n_choices=4,
 )
+# A user's own module traced (D48): a biased stem conv, residual stages with and without projection, a depthwise
+# layer before a pointwise one (tests/fixtures/user_models.py).
+TRACED_USER = trace_space(load_model(str(Path(__file__).parents[1] / "fixtures" / "user_models.py") + ":small_net",
+                                     {"width": 8}), (1, 28, 28), "traced_user", n_choices=4).space
 FAMILIES = {"mobilenet_v1_fmnist": get_space("mobilenet_v1_fmnist"), "mobilenet_v2_fmnist": get_space("mobilenet_v2_fmnist"),
-            "resnet_fmnist": get_space("resnet_fmnist"), "tiny_bottleneck": TINY_BOTTLENECK}
+            "resnet_fmnist": get_space("resnet_fmnist"), "tiny_bottleneck": TINY_BOTTLENECK, "traced_user": TRACED_USER}
 
 
 def random_configs(space, n: int, seed: int = 0) -> list[list[int]]:
@@ -35,7 +42,8 @@ def images(space, n: int, seed: int = 1) -> torch.Tensor:
 
 def randomise(model: nn.Module, seed: int = 0) -> nn.Module:
     """Non-trivial BN running statistics and affine parameters (non-zero shifts: D10), a classifier with O(1) logits;
-    in a "relu6" space BN gains 4× larger, so that ReLU6 saturates (3–12 % of activations above 6)."""
+    in a "relu6" space BN gains 4× larger, so that ReLU6 saturates (3–12 % of activations above 6). A module of
+    another kind (a user's, D48) gets its BNs and its convolutions' own biases randomised."""
     g = torch.Generator().manual_seed(seed)
     gain = 4.0 if getattr(model, "space", None) is not None and model.space.act == "relu6" else 1.0
     with torch.no_grad():
@@ -46,6 +54,10 @@ def randomise(model: nn.Module, seed: int = 0) -> nn.Module:
                 m.running_var.copy_(torch.rand(n, generator=g) * 1.5 + 0.5)
                 m.weight.copy_(gain * (0.5 + 0.5 * torch.rand(n, generator=g)))
                 m.bias.copy_(0.3 * torch.randn(n, generator=g))
+            elif isinstance(m, nn.Conv2d) and m.bias is not None:
+                m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
+        if not isinstance(getattr(model, "classifier", None), nn.Linear):
+            return model
         w = model.classifier.weight
         w.copy_(torch.randn(w.shape, generator=g) / w.shape[1] ** 0.5)
     return model

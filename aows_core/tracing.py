@@ -1,0 +1,649 @@
+"""A user's PyTorch module traced into a search space (§2's nodes and layers Θ; docs/method.md D48).
+
+One `torch.fx` trace of the module, with shapes propagated from an input of the dataset's shape, is read operator by
+operator into the registry's layer kinds (`aows_core.kinds`): a convolution with its BatchNorm, activation and max-pool
+is one unit (`conv`, `convpool`, `pconv` without activation, `dw` when depthwise), a residual sum is `add`, the global
+average pool and the last linear layer the classifier. Channels are coupled where the network ties them: a
+depthwise convolution keeps its input's channels, a residual sum ties both of its operands. Every coupled group of
+channels is one node of the space, its choices multipliers of the traced width (the largest the traced width itself);
+`fixed` keeps named modules' output channels at full width. The layers then fall into blocks the networks run in
+sequence (a chain of layers; a main branch, a shortcut of at most one layer and the sum), and the nodes are numbered
+in order of first use. An operator the kinds cannot run stops the trace with an error naming the module, the operator
+and the way out: never passed through as if element-wise.
+
+`load_model` makes the module from `torchvision:<name>`, `timm:<name>` or `<module or file.py>:<function>`;
+`trained_state` gives its weights under the fixed network's parameter names (`nets.network.Network`), so that the
+traced space's widest network is the user's network, trained.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import operator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .space import Block, SearchSpace, Theta
+
+# The multipliers of a traced width its node chooses among: evenly spaced in [TRACED_MIN_MULT, 1] (the traced width
+# itself the largest, so that the widest network is the user's and its trained weights fit it).
+TRACED_MIN_MULT = 0.25
+TRACED_N_CHOICES = 6
+TRACED_DIVISOR = 8
+
+
+class TraceError(ValueError):
+    """A module aows cannot trace into a search space; the message names the module, the operator and the way out."""
+
+
+def load_model(spec: str, kwargs: Mapping[str, Any] | None = None) -> Any:
+    """The `nn.Module` named by `spec`: `torchvision:<name>`, `timm:<name>` or `<module or file.py>:<function>`
+    called with `kwargs` (e.g. `num_classes`)."""
+    from torch import nn
+
+    kwargs = dict(kwargs or {})
+    source, sep, name = spec.rpartition(":")
+    if not sep or not source or not name:
+        raise TraceError(f"space.model {spec!r}: expected torchvision:<name>, timm:<name> or "
+                         f"<module or file.py>:<function>")
+    if source == "torchvision":
+        import torchvision
+
+        try:
+            model = torchvision.models.get_model(name, **kwargs)
+        except ValueError as e:
+            raise TraceError(f"space.model {spec!r}: {e}") from None
+    elif source == "timm":
+        try:
+            import timm
+        except ImportError:
+            raise TraceError(f"space.model {spec!r} needs timm: pip install timm") from None
+        model = timm.create_model(name, **kwargs)
+    else:
+        model = _function(source, name, spec)(**kwargs)
+    if not isinstance(model, nn.Module):
+        raise TraceError(f"space.model {spec!r} returned {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def _function(source: str, name: str, spec: str) -> Any:
+    """`name` from a Python file or an importable module."""
+    if source.endswith(".py"):
+        path = Path(source)
+        if not path.is_file():
+            raise TraceError(f"space.model {spec!r}: no file {path}")
+        mod_spec = importlib.util.spec_from_file_location(f"aows_user_model_{path.stem}", path)
+        module = importlib.util.module_from_spec(mod_spec)
+        mod_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(source)
+        except ImportError as e:
+            raise TraceError(f"space.model {spec!r}: cannot import {source!r} ({e})") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise TraceError(f"space.model {spec!r}: {source} has no function {name!r}")
+    return fn
+
+
+@dataclass
+class _Edge:
+    """A layer found in the trace: its kind, the groups it reads and writes, Θ's fields, the tensors it reads (the
+    producing edges' indices, −1 the input) and the module paths its parameters come from."""
+
+    kind: str
+    src: int
+    dst: int
+    hw: tuple[int, int]
+    stride: int = 1
+    kernel: int = 1
+    inputs: tuple[int, ...] = ()
+    modules: dict[str, str] = field(default_factory=dict)
+    where: str = ""
+    owner: str = ""  # the module the layer belongs to: its nearest ancestor that is not a plain sequence
+
+
+@dataclass
+class _Tensor:
+    """A finished tensor: the group its channels belong to, its size, the edge that produced it (−1 the input)."""
+
+    group: int
+    hw: tuple[int, int]
+    edge: int
+
+
+@dataclass
+class _Unit:
+    """A convolution waiting for its BatchNorm, activation and max-pool."""
+
+    x: _Tensor
+    conv: str
+    c_out: int
+    kernel: int
+    stride: int
+    depthwise: bool
+    bn: str | None = None
+    act: str | None = None
+    pool: bool = False
+    where: str = ""
+
+
+@dataclass
+class _Sum:
+    """A residual sum waiting for its activation."""
+
+    xs: tuple[_Tensor, _Tensor]
+    act: str | None = None
+    where: str = ""
+
+
+@dataclass
+class _Pooled:
+    """Globally average-pooled features of a tensor (the classifier's input)."""
+
+    x: _Tensor
+
+
+@dataclass(frozen=True)
+class TracedSpace:
+    """A traced module's space and, per edge, the module paths its parameters come from (`trained_state`)."""
+
+    space: SearchSpace
+    modules: tuple[dict[str, str], ...]
+    model: str = ""
+
+
+_ACTIVATIONS = {"ReLU": "relu", "ReLU6": "relu6"}
+
+
+class _Reader:
+    """Reads a traced graph node by node into edges and groups (see the module docstring)."""
+
+    def __init__(self, gm: Any, model: Any, in_channels: int):
+        self.gm = gm
+        self.mods = dict(gm.named_modules())
+        self.containers = dict(model.named_modules())  # the traced copy's containers lose their classes
+        self.parent: list[int] = [0]  # union-find over channel groups; group 0 is the input's
+        self.width: list[int] = [in_channels]
+        self.edges: list[_Edge] = []
+        self.vals: dict[Any, Any] = {}
+        self.closed: dict[int, _Tensor] = {}  # an open unit or sum, by id, once its edge is made
+        self.act: str | None = None
+
+    # ---- groups --------------------------------------------------------------------------------
+    def group(self, c: int) -> int:
+        self.parent.append(len(self.parent))
+        self.width.append(int(c))
+        return len(self.parent) - 1
+
+    def root(self, g: int) -> int:
+        while self.parent[g] != g:
+            self.parent[g] = self.parent[self.parent[g]]
+            g = self.parent[g]
+        return g
+
+    def tie(self, a: int, b: int) -> int:
+        ra, rb = self.root(a), self.root(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+        return min(ra, rb)
+
+    # ---- values --------------------------------------------------------------------------------
+    def close(self, v: Any, n: Any) -> _Tensor:
+        """The finished tensor of value v (an open unit or sum becomes its edge), as node n's input."""
+        if isinstance(v, _Tensor):
+            return v
+        if id(v) in self.closed:
+            return self.closed[id(v)]
+        if isinstance(v, (_Unit, _Sum)):
+            self.closed[id(v)] = self.close_unit(v) if isinstance(v, _Unit) else self.close_sum(v)
+            return self.closed[id(v)]
+        raise TraceError(f"{_where(n)}: {_op(n)} reads globally pooled features; only the classifier (a Linear "
+                         f"layer) may follow the global average pool")
+
+    def close_unit(self, u: _Unit) -> _Tensor:
+        if u.bn is None:
+            raise _no_norm(u)
+        self.activation(u.act, u.where)
+        if u.depthwise:
+            if u.act is None or u.pool:
+                raise TraceError(f"{u.where}: a depthwise convolution {'with a max-pool' if u.pool else 'without an activation'}; "
+                                 f"the registered depthwise kind ('dw') is conv + BN + activation. Register a kind "
+                                 f"(docs/extending.md)")
+            kind, dst = "dw", u.x.group
+        else:
+            if u.pool and u.act is None:
+                raise TraceError(f"{u.where}: a max-pool after a convolution without activation; register a kind "
+                                 f"(docs/extending.md)")
+            kind = "convpool" if u.pool else ("conv" if u.act else "pconv")
+            dst = self.group(u.c_out)
+        mods = {"conv": u.conv, "bn": u.bn}
+        return self.edge(_Edge(kind, u.x.group, dst, u.x.hw, u.stride, u.kernel, (u.x.edge,), mods, u.where,
+                               self.owner(u.conv)))
+
+    def owner(self, path: str) -> str:
+        """The module a layer at `path` belongs to: its nearest ancestor that is not an `nn.Sequential` ("" the root)."""
+        from torch import nn
+
+        parts = path.split(".")[:-1]
+        while parts and isinstance(self.containers[".".join(parts)], nn.Sequential):
+            parts.pop()
+        return ".".join(parts)
+
+    def close_sum(self, s: _Sum) -> _Tensor:
+        a, b = s.xs
+        if self.act == "relu" and s.act is None or self.act == "relu6" and s.act is not None:
+            raise TraceError(f"{s.where}: a residual sum {'without' if s.act is None else 'with'} an activation "
+                             f"after it, in a network of {self.act} units; the registered 'add' kind is ReLU'd after "
+                             f"the sum in a ReLU network (ResNet) and not in a ReLU6 one (MobileNet-v2). Register a "
+                             f"kind (docs/extending.md)")
+        if a.hw != b.hw or self.width[self.root(a.group)] != self.width[self.root(b.group)]:
+            raise TraceError(f"{s.where}: a sum of tensors of different shapes")
+        g = self.tie(a.group, b.group)
+        if g == self.root(0):
+            raise TraceError(f"{s.where}: a residual sum with the network's input; the input's channels are fixed")
+        return self.edge(_Edge("add", g, g, a.hw, 1, 1, (a.edge, b.edge), {}, s.where))
+
+    def edge(self, e: _Edge) -> _Tensor:
+        from .kinds import kind_of
+
+        self.edges.append(e)
+        hw = kind_of(e.kind).out_hw(Theta(e.hw[0], e.hw[1], e.stride, e.kernel, e.kind))
+        return _Tensor(e.dst, hw, len(self.edges) - 1)
+
+    def activation(self, act: str | None, where: str) -> None:
+        if act is None:
+            return
+        if self.act is None:
+            self.act = act
+        elif act != self.act:
+            raise TraceError(f"{where}: a {act} activation in a network of {self.act} units; a space has one "
+                             f"activation (register a kind for another, docs/extending.md)")
+
+    # ---- operators -----------------------------------------------------------------------------
+    def read(self) -> tuple[_Tensor, Any]:
+        """Every node of the graph; returns the classifier's output and the graph's output node."""
+        out = None
+        for n in self.gm.graph.nodes:
+            if n.op == "placeholder":
+                if self.vals:
+                    raise TraceError(f"the module takes more than one input ({n.name}); aows searches networks of "
+                                     f"one image input")
+                shape = n.meta["tensor_meta"].shape
+                self.vals[n] = _Tensor(0, (int(shape[2]), int(shape[3])), -1)
+            elif n.op == "output":
+                out = n
+            elif n.op == "get_attr":
+                raise TraceError(f"{_where(n)}: the module reads its own tensor {n.target!r} in forward; aows traces "
+                                 f"networks of layers only")
+            else:
+                self.vals[n] = self.node(n)
+        res = self.vals.get(out.args[0]) if out is not None and not isinstance(out.args[0], (tuple, list)) else None
+        if not isinstance(res, _Tensor) or res.edge < 0 or self.edges[res.edge].kind != "linear":
+            raise TraceError("the module's output is not the logits of a final Linear layer after a global average "
+                             "pool; aows searches classifiers of one output")
+        return res, out
+
+    def node(self, n: Any) -> Any:
+        """What node n computes, from the values of its arguments."""
+        from torch import nn
+
+        if n.op == "call_module":
+            m = self.mods[n.target]
+            if isinstance(m, nn.Conv2d):
+                return self.conv(n, m)
+            if isinstance(m, nn.BatchNorm2d):
+                return self.bn(n)
+            if type(m).__name__ in _ACTIVATIONS and type(m) in (nn.ReLU, nn.ReLU6):
+                return self.act_of(n, _ACTIVATIONS[type(m).__name__])
+            if isinstance(m, nn.MaxPool2d):
+                return self.pool(n, m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode)
+            if isinstance(m, nn.AdaptiveAvgPool2d):
+                return self.global_pool(n, m.output_size)
+            if isinstance(m, (nn.Dropout, nn.Identity)):
+                return self.arg(n, 0, keep_open=True)
+            if isinstance(m, nn.Flatten):
+                return self.flatten(n, m.start_dim)
+            if isinstance(m, nn.Linear):
+                return self.linear(n, n.target, m)
+            raise TraceError(f"{_where(n)}: {type(m).__name__} is not a registered layer kind; "
+                             f"keep it out of the searched network, replace it, or register a kind for it "
+                             f"(docs/extending.md)")
+        if n.op in ("call_function", "call_method"):
+            return self.function(n)
+        raise TraceError(f"{_where(n)}: unsupported graph node {n.op} {n.target}")
+
+    def function(self, n: Any) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        f, args = n.target, n.args
+        if f in (operator.add, operator.iadd, torch.add, "add", "add_"):
+            if len(args) != 2 or n.kwargs:
+                raise TraceError(f"{_where(n)}: an addition other than a sum of two tensors")
+            a, b = (self.vals.get(x) for x in args)
+            if a is None or b is None:
+                raise TraceError(f"{_where(n)}: adds a constant to a tensor; aows's kinds add two tensors only")
+            return _Sum((self.close(a, n), self.close(b, n)), where=_where(n))
+        if f in (F.relu, torch.relu, "relu", "relu_"):
+            return self.act_of(n, "relu")
+        if f is F.relu6:
+            return self.act_of(n, "relu6")
+        if f in (F.adaptive_avg_pool2d,):
+            return self.global_pool(n, args[1] if len(args) > 1 else n.kwargs.get("output_size"))
+        if f in (torch.mean, "mean"):
+            dims = args[1] if len(args) > 1 else n.kwargs.get("dim")
+            if tuple(sorted(int(d) % 4 for d in (dims if isinstance(dims, (tuple, list)) else [dims]))) == (2, 3):
+                return _Pooled(self.close(self.vals[args[0]], n))
+        if f in (torch.flatten, "flatten"):
+            return self.flatten(n, args[1] if len(args) > 1 else n.kwargs.get("start_dim", 0))
+        if f in ("view", "reshape", torch.reshape) and isinstance(self.vals.get(args[0]), _Pooled):
+            return self.vals[args[0]]
+        if f == "size" or f is getattr and isinstance(self.vals.get(args[0]), _Pooled):
+            return None  # a shape read for a reshape of the pooled features
+        if f in (F.dropout, torch.dropout, "contiguous"):
+            return self.arg(n, 0, keep_open=True)
+        if f is F.max_pool2d:
+            k = args[1] if len(args) > 1 else n.kwargs.get("kernel_size")
+            s = args[2] if len(args) > 2 else n.kwargs.get("stride", k)
+            p = args[3] if len(args) > 3 else n.kwargs.get("padding", 0)
+            return self.pool(n, k, s, p, n.kwargs.get("dilation", 1), n.kwargs.get("ceil_mode", False))
+        name = getattr(f, "__name__", str(f))
+        raise TraceError(f"{_where(n)}: operator {name!r} is not a registered layer kind (aows's kinds: conv + "
+                         f"BatchNorm units, ReLU/ReLU6, max-pool after a stem, residual sums, the global average pool "
+                         f"and the classifier). Keep the module that calls it out of the searched network, or register "
+                         f"a kind for it (docs/extending.md)")
+
+    def arg(self, n: Any, i: int, keep_open: bool = False) -> Any:
+        v = self.vals.get(n.args[i])
+        if v is None:
+            raise TraceError(f"{_where(n)}: reads a value that is not a traced tensor")
+        return v if keep_open else self.close(v, n)
+
+    def conv(self, n: Any, m: Any) -> _Unit:
+        x = self.arg(n, 0)
+        k, s, p, d = m.kernel_size, m.stride, m.padding, m.dilation
+        where = _where(n)
+        if k[0] != k[1] or s[0] != s[1] or d != (1, 1) or p != (k[0] // 2, k[1] // 2) or m.padding_mode != "zeros":
+            raise TraceError(f"{where}: Conv2d(kernel {k}, stride {s}, padding {p}, dilation {d}, "
+                             f"{m.padding_mode}); the registered kinds run square convolutions padded by k // 2 with "
+                             f"zeros and dilation 1. Register a kind (docs/extending.md)")
+        depthwise = m.groups > 1
+        if depthwise and not (m.groups == m.in_channels == m.out_channels):
+            raise TraceError(f"{where}: a grouped convolution ({m.groups} groups of {m.in_channels} → "
+                             f"{m.out_channels} channels); the registered kinds run dense and depthwise convolutions. "
+                             f"Register a kind (docs/extending.md)")
+        return _Unit(x, n.target, m.out_channels, k[0], s[0], depthwise, where=where)
+
+    def open_value(self, n: Any) -> Any:
+        """The value node n continues (a unit or a sum), refused once another operator has read it."""
+        v = self.vals.get(n.args[0])
+        if id(v) in self.closed:
+            raise TraceError(f"{_where(n)}: continues a layer whose output another operator already read; aows's "
+                             f"kinds read a unit's output after its BatchNorm, activation and pool")
+        return v
+
+    def bn(self, n: Any) -> _Unit:
+        u = self.open_value(n)
+        if not isinstance(u, _Unit) or u.bn is not None or u.act is not None or u.pool:
+            raise TraceError(f"{_where(n)}: a BatchNorm2d that does not directly follow a convolution; register a "
+                             f"kind for it (docs/extending.md)")
+        u.bn = n.target
+        return u
+
+    def act_of(self, n: Any, act: str) -> Any:
+        v = self.open_value(n)
+        if isinstance(v, _Unit) and v.bn is None:
+            raise _no_norm(v)
+        if isinstance(v, _Unit) and v.bn is not None and v.act is None and not v.pool:
+            v.act = act
+            return v
+        if isinstance(v, _Sum) and v.act is None:
+            self.activation(act, _where(n))
+            v.act = act
+            return v
+        raise TraceError(f"{_where(n)}: a {act} that follows neither a convolution with its BatchNorm nor a residual "
+                         f"sum; register a kind for it (docs/extending.md)")
+
+    def pool(self, n: Any, k: Any, s: Any, p: Any, d: Any, ceil: bool) -> _Unit:
+        u = self.open_value(n)
+        pair = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v)  # noqa: E731
+        if (pair(k), pair(s), pair(p), pair(d), bool(ceil)) != ((3, 3), (2, 2), (1, 1), (1, 1), False):
+            raise TraceError(f"{_where(n)}: a max-pool other than 3×3, stride 2, padding 1; register a kind for it "
+                             f"(docs/extending.md)")
+        if not isinstance(u, _Unit) or u.bn is None or u.act is None or u.pool:
+            raise TraceError(f"{_where(n)}: a max-pool that does not follow a conv + BN + activation unit; register "
+                             f"a kind for it (docs/extending.md)")
+        u.pool = True
+        return u
+
+    def global_pool(self, n: Any, size: Any) -> _Pooled:
+        if size not in (1, (1, 1), [1, 1]):
+            raise TraceError(f"{_where(n)}: an adaptive average pool to {size}; the classifier kind pools globally")
+        return _Pooled(self.arg(n, 0))
+
+    def flatten(self, n: Any, start: Any) -> _Pooled:
+        v = self.vals.get(n.args[0])
+        if not isinstance(v, _Pooled) or int(start) != 1:
+            raise TraceError(f"{_where(n)}: a flatten that does not follow the global average pool; the classifier "
+                             f"kind reads globally pooled features")
+        return v
+
+    def linear(self, n: Any, path: str, m: Any) -> _Tensor:
+        v = self.vals.get(n.args[0])
+        if not isinstance(v, _Pooled) or m.bias is None:
+            raise TraceError(f"{_where(n)}: a Linear layer {'without a bias' if isinstance(v, _Pooled) else 'that does not read the globally pooled features'}; "
+                             f"the classifier kind is global average pool, then Linear with bias")
+        if any(e.kind == "linear" for e in self.edges):
+            raise TraceError(f"{_where(n)}: a second Linear layer; the classifier kind is one Linear layer")
+        x = v.x
+        return self.edge(_Edge("linear", x.group, self.group(m.out_features), x.hw, 1, 1, (x.edge,),
+                               {"linear": path}, _where(n)))
+
+
+def _no_norm(u: _Unit) -> TraceError:
+    return TraceError(f"{u.where}: a convolution without a BatchNorm2d after it; the registered kinds are conv + BN "
+                      f"(+ activation) units, whose BN the supernet's masked normalisation needs (docs/method.md D10). "
+                      f"Register a kind for it (docs/extending.md)")
+
+
+def _where(n: Any) -> str:
+    """A graph node as the user knows it: its module path, or the function and the module that called it."""
+    stack = n.meta.get("nn_module_stack") or {}
+    owner = next(reversed(stack.values()), None) if stack else None
+    path = n.target if n.op == "call_module" else (owner[0] if isinstance(owner, tuple) else owner)
+    return f"module {path!r}" if path else f"graph node {n.name!r}"
+
+
+def _op(n: Any) -> str:
+    return getattr(n.target, "__name__", str(n.target))
+
+
+def _blocks(edges: list[_Edge]) -> list[tuple[list[int], int, int]]:
+    """The layers as blocks run in sequence: (main edges, shortcut edge or −1, add edge or −1), in trace order."""
+    consumers: dict[int, int] = {}
+    for e in edges:
+        for t in e.inputs:
+            consumers[t] = consumers.get(t, 0) + 1
+
+    def branch(t: int, where: str) -> tuple[list[int], int]:
+        """The layers back from tensor t to the tensor the branch split from."""
+        path = []
+        while t >= 0 and consumers.get(t, 0) == 1:
+            e = edges[t]
+            if len(e.inputs) != 1:
+                raise TraceError(f"{where}: a residual branch that contains another sum; aows's blocks hold one "
+                                 f"residual sum each (register a kind for this block, docs/extending.md)")
+            path.insert(0, t)
+            t = e.inputs[0]
+        return path, t
+
+    in_block: dict[int, int] = {}
+    blocks: list[tuple[list[int], int, int]] = []
+    for i, e in enumerate(edges):
+        if e.kind != "add":
+            continue
+        (pa, xa), (pb, xb) = (branch(t, e.where) for t in e.inputs)
+        if xa != xb:
+            raise TraceError(f"{e.where}: a residual sum whose branches do not split from one tensor; aows's blocks "
+                             f"are a main branch and a shortcut from the block's input")
+        main, short = (pa, pb) if len(pa) >= len(pb) else (pb, pa)
+        if len(short) > 1 or not main:
+            raise TraceError(f"{e.where}: a residual sum of two branches with {len(main)} and {len(short)} layers; "
+                             f"aows's blocks sum a main branch and a shortcut of at most one layer")
+        block = (main, short[0] if short else -1, i)
+        for j in (*main, *short, i):
+            in_block[j] = len(blocks)
+        blocks.append(block)
+    out: list[tuple[list[int], int, int]] = []
+    seen: set[int] = set()
+    for i, e in enumerate(edges):
+        if i in in_block:
+            if in_block[i] not in seen:
+                seen.add(in_block[i])
+                out.append(blocks[in_block[i]])
+            continue
+        prev = out[-1][0] if out and out[-1][2] < 0 else None
+        # layers of one module (MobileNet-v2's block without its sum) run as one block, and so does a depthwise layer
+        # with the layer after it (its width is its input's: no block of its own writes it)
+        joins = prev is not None and e.kind != "linear" and (
+            edges[prev[-1]].owner == e.owner != "" or edges[prev[-1]].src == edges[prev[-1]].dst)
+        if joins:
+            prev.append(i)
+        else:
+            out.append(([i], -1, -1))
+    return out
+
+
+def trace_space(model: Any, input_shape: Sequence[int], name: str = "traced", *, fixed: Sequence[str] = (),
+                n_choices: int = TRACED_N_CHOICES, min_mult: float = TRACED_MIN_MULT,
+                divisor: int = TRACED_DIVISOR, model_name: str = "") -> TracedSpace:
+    """The search space of `model` on inputs of `input_shape` (C, H, W): see the module docstring. `fixed` names
+    modules (or module prefixes) whose output channels keep their traced width."""
+    from .nets import check_blocks
+
+    model = model.eval()
+    reader = _Reader(_graph(model, input_shape), model, int(input_shape[0]))
+    reader.read()
+    edges = reader.edges
+    blocks = _blocks(edges)
+    order = [e for main, sc, add in blocks for e in (*main, *(x for x in (sc, add) if x >= 0))]
+    renum = {old: new for new, old in enumerate(order)}
+    roots = [reader.root(g) for g in range(len(reader.parent))]
+    node_of = _nodes(edges, order, roots)
+    fixed_groups = _fixed_groups(fixed, edges, roots)
+    mults = np.linspace(min_mult, 1.0, n_choices)
+    choices: list[tuple[int, ...]] = [()] * len(node_of)
+    for g, i in node_of.items():
+        b = reader.width[g]
+        choices[i] = (b,) if i in (0, len(node_of) - 1) or g in fixed_groups else traced_choices(b, mults, divisor)
+    space_edges = [(node_of[roots[edges[i].src]], node_of[roots[edges[i].dst]]) for i in order]
+    space_blocks = []
+    for main, sc, add in blocks:
+        src, dst = space_edges[renum[main[0]]][0], space_edges[renum[add if add >= 0 else main[-1]]][1]
+        inner = next((space_edges[renum[j]][1] for j in main[:-1] if space_edges[renum[j]][1] not in (src, dst)), -1)
+        kind = "-".join(edges[j].kind for j in main) if add < 0 else "residual"
+        space_blocks.append(Block("classifier" if kind == "linear" else kind, src, dst, inner,
+                                  math.prod(edges[j].stride for j in main), tuple(renum[j] for j in main),
+                                  renum[sc] if sc >= 0 else -1, renum[add] if add >= 0 else -1))
+    base = tuple(reader.width[g] for g, i in sorted(node_of.items(), key=lambda kv: kv[1]))[1:]
+    thetas = tuple(Theta(edges[i].hw[0], edges[i].hw[1], edges[i].stride, edges[i].kernel, edges[i].kind)
+                   for i in order)
+    space = SearchSpace(name, tuple(choices), thetas, base, tuple(space_edges), tuple(space_blocks),
+                        reader.act or "relu")
+    try:
+        check_blocks(space)
+    except ValueError as e:
+        raise TraceError(f"the traced layers do not run as blocks in sequence ({e}); aows's networks run each block "
+                         f"on the previous block's output") from None
+    return TracedSpace(space, tuple(dict(edges[i].modules) for i in order), model_name)
+
+
+def _graph(model: Any, input_shape: Sequence[int]) -> Any:
+    """The module's `torch.fx` graph, every node's output shape propagated from one input of `input_shape`."""
+    import torch
+    from torch import fx
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    c, h, w = (int(v) for v in input_shape)
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception as e:  # torch.fx raises many kinds; each means the forward is not traceable symbolically
+        raise TraceError(f"torch.fx cannot trace the module ({type(e).__name__}: {e}); aows needs a forward without "
+                         f"data-dependent control flow (wrap such code in a leaf module)") from None
+    try:
+        with torch.no_grad():
+            ShapeProp(gm).propagate(torch.zeros(1, c, h, w))
+    except Exception as e:
+        raise TraceError(f"the module does not run on an input of shape ({c}, {h}, {w}): {type(e).__name__}: "
+                         f"{e}") from None
+    return gm
+
+
+def _nodes(edges: list[_Edge], order: list[int], roots: list[int]) -> dict[int, int]:
+    """Each group's node: the input 0, then in order of first use by the layers in `order`, the classes last."""
+    if edges[order[-1]].kind != "linear":
+        raise TraceError("the classifier is not the network's last layer")
+    classes = roots[edges[order[-1]].dst]
+    node_of: dict[int, int] = {roots[0]: 0}
+    for i in order:
+        for g in (roots[edges[i].src], roots[edges[i].dst]):
+            if g not in node_of and g != classes:
+                node_of[g] = len(node_of)
+    node_of[classes] = len(node_of)
+    return node_of
+
+
+def traced_choices(base: int, mults: Sequence[float], divisor: int = TRACED_DIVISOR) -> tuple[int, ...]:
+    """A traced width's choices: base·m rounded to a multiple of `divisor` (at least `divisor`, at most base), the
+    multiplier 1 the traced width itself."""
+    out = {base}
+    for m in mults:
+        if m < 1.0:
+            out.add(min(base, max(divisor, int(math.floor(base * m / divisor + 0.5)) * divisor)))
+    return tuple(sorted(out))
+
+
+def _fixed_groups(fixed: Sequence[str], edges: list[_Edge], roots: list[int]) -> set[int]:
+    """The groups written by the modules `fixed` names (a module path or a prefix of one)."""
+    out: set[int] = set()
+    for name in fixed:
+        hit = [e for e in edges if any(p == name or p.startswith(name + ".") for p in e.modules.values())]
+        if not hit:
+            paths = [e.modules.get("conv") or e.modules["linear"] for e in edges if e.modules]
+            raise TraceError(f"space.fixed names {name!r}, which is no traced layer's module; traced modules: "
+                             f"{', '.join(paths[:12])}{' …' if len(paths) > 12 else ''}")
+        out.update(roots[e.dst] for e in hit)
+    return out
+
+
+def trained_state(traced: TracedSpace, model: Any) -> dict[str, Any]:
+    """The model's weights under the fixed network's parameter names at the traced widths (`space.base_config`):
+    `layers.{e}.conv.weight`, `layers.{e}.bn.*`, `classifier.*` (a convolution's own bias folded into its BN's mean)."""
+    import torch
+
+    state = model.state_dict()
+    out: dict[str, Any] = {}
+    last = traced.space.n_edges - 1
+    for e, mods in enumerate(traced.modules):
+        prefix = "classifier" if e == last else f"layers.{e}"
+        if "linear" in mods:
+            out[f"{prefix}.weight"] = state[f"{mods['linear']}.weight"].detach().clone()
+            out[f"{prefix}.bias"] = state[f"{mods['linear']}.bias"].detach().clone()
+            continue
+        if not mods:
+            continue
+        conv, bn = mods["conv"], mods["bn"]
+        out[f"{prefix}.conv.weight"] = state[f"{conv}.weight"].detach().clone()
+        for k in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked"):
+            if f"{bn}.{k}" in state:
+                out[f"{prefix}.bn.{k}"] = state[f"{bn}.{k}"].detach().clone()
+        bias = state.get(f"{conv}.bias")
+        if bias is not None:
+            out[f"{prefix}.bn.running_mean"] = out[f"{prefix}.bn.running_mean"] - bias.detach().to(torch.float32)
+    return out
