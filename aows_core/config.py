@@ -691,6 +691,8 @@ class SpaceSettings(Section):
     n_choices: int | None = None
     model: str | None = None
     model_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    weights: str | None = None
+    importance: str = "bn"
     fixed: tuple[str, ...] = ()
 
     def build(self, dataset: str = "fashion_mnist") -> SearchSpace:
@@ -699,15 +701,18 @@ class SpaceSettings(Section):
 
         if self.model is None:
             params = self.to_dict()
-            for key in ("model", "model_kwargs", "fixed"):
+            if self.weights is not None:
+                raise ConfigError("config key space.weights initialises a traced space.model; a preset is trained "
+                                  "from scratch (set space.model, or remove space.weights)")
+            for key in ("model", "model_kwargs", "fixed", "weights", "importance"):
                 params.pop(key)
             return get_space(params.pop("preset"), **params)
-        return self.traced(dataset).space
+        return self.traced(dataset)[0].space
 
     def traced(self, dataset: str = "fashion_mnist"):
-        """`model` traced into a space (`aows_core.tracing`), on space.in_channels × space.resolution² inputs, else the
-        dataset's image shape."""
-        from .tracing import TRACED_N_CHOICES, load_model, trace_space
+        """(`model` traced into a space, the module): `aows_core.tracing`, on space.in_channels × space.resolution²
+        inputs, else the dataset's image shape; `weights` checked against the module (read, not yet loaded)."""
+        from .tracing import TRACED_N_CHOICES, load_model, read_weights, trace_space
 
         for key in ("width_mult", "first_stride"):
             if getattr(self, key) is not None:
@@ -716,12 +721,25 @@ class SpaceSettings(Section):
         channels, resolution = DATASET_INPUT[dataset]
         shape = (self.in_channels or channels, self.resolution or resolution, self.resolution or resolution)
         model = load_model(self.model, self.model_kwargs)
+        if self.weights is not None:
+            read_weights(self.weights, model)
         traced = trace_space(model, shape, _traced_name(self.model), fixed=self.fixed,
                              n_choices=self.n_choices or TRACED_N_CHOICES, model_name=self.model)
         if self.num_classes is not None and traced.space.num_classes != self.num_classes:
             raise ConfigError(f"space.model {self.model!r} has {traced.space.num_classes} classes, space.num_classes "
                               f"says {self.num_classes}: pass num_classes in space.model_kwargs")
-        return traced
+        return traced, model
+
+    def initial_state(self, dataset: str = "fashion_mnist") -> dict[str, Any] | None:
+        """The supernet's initial weights: `weights` loaded into `model`, its channels ordered by `importance`
+        (`aows_core.tracing:ordered_state`); None without weights (trained from scratch)."""
+        if self.model is None or self.weights is None:
+            return None
+        from .tracing import ordered_state, read_weights, trained_state
+
+        traced, model = self.traced(dataset)
+        model.load_state_dict(read_weights(self.weights, model))
+        return ordered_state(traced.space, trained_state(traced, model), self.importance)
 
 
 def _traced_name(model: str) -> str:
@@ -930,6 +948,7 @@ class Settings:
     seed: int
     space: SearchSpace  # built from `space:` (`SpaceSettings.build`)
     devices: Mapping[str, Mapping[str, Any]]
+    space_section: SpaceSettings = SpaceSettings()
     data: DataSettings = DataSettings()
     sampling: SamplingSettings = SamplingSettings()
     profiling: ProfilingSettings = ProfilingSettings()
@@ -949,6 +968,10 @@ class Settings:
             raise ConfigError(f"unknown device {name!r}; configured devices: {sorted(self.devices)}")
         return _plain(self.devices[name])
 
+    def initial_state(self) -> dict[str, Any] | None:
+        """The supernet's initial weights from `space.weights` (`SpaceSettings.initial_state`), or None."""
+        return self.space_section.initial_state(self.data.dataset)
+
     def data_spec(self, section: str | None = "supernet", train_seed: int | None = None) -> DataSpec:
         """`data_spec` of these settings: the batches of `section` ("supernet" or "retrain"), or (None) the dataset."""
         batches = None if section is None else getattr(self, section)
@@ -958,5 +981,5 @@ class Settings:
 def resolve(config: Mapping[str, Any]) -> Settings:
     """The Settings of a validated config (`validate`, `load`): each section once, the space built once."""
     sections = {key: cls.from_mapping(config[key]) for key, cls in SECTIONS.items() if key != "space"}
-    return Settings(seed=int(config["seed"]), space=space_from_config(config),
-                    devices=_frozen(config["devices"]), **sections)  # type: ignore[arg-type]
+    return Settings(seed=int(config["seed"]), space=space_from_config(config), devices=_frozen(config["devices"]),
+                    space_section=SpaceSettings.from_mapping(config["space"]), **sections)  # type: ignore[arg-type]

@@ -12,8 +12,9 @@ in order of first use. An operator the kinds cannot run stops the trace with an 
 and the way out: never passed through as if element-wise.
 
 `load_model` makes the module from `torchvision:<name>`, `timm:<name>` or `<module or file.py>:<function>`;
-`trained_state` gives its weights under the fixed network's parameter names (`nets.network.Network`), so that the
-traced space's widest network is the user's network, trained.
+`trained_state` gives its weights (`read_weights`: a state-dict file checked against it) under the fixed network's
+parameter names (`nets.network.Network`), so that the traced space's widest network is the user's network, trained,
+and `ordered_state` orders each node's channels by importance, so that a narrow width keeps the strongest.
 """
 
 from __future__ import annotations
@@ -646,4 +647,71 @@ def trained_state(traced: TracedSpace, model: Any) -> dict[str, Any]:
         bias = state.get(f"{conv}.bias")
         if bias is not None:
             out[f"{prefix}.bn.running_mean"] = out[f"{prefix}.bn.running_mean"] - bias.detach().to(torch.float32)
+    return out
+
+
+IMPORTANCE = ("bn", "none")
+
+
+def read_weights(path: str | Path, model: Any) -> dict[str, Any]:
+    """A state-dict file for `model` (a `torch.save`d state dict, or a checkpoint holding one under "state_dict" or
+    "model"), refused unless every key and shape is the model's, naming the first that is not."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (OSError, RuntimeError, ValueError) as e:
+        raise TraceError(f"space.weights {str(path)!r}: cannot read it as a torch state dict ({e})") from None
+    if isinstance(state, dict) and not any(hasattr(v, "shape") for v in state.values()):
+        state = state.get("state_dict") or state.get("model") or state
+    want = model.state_dict()
+    for k, v in want.items():
+        if k not in state:
+            raise TraceError(f"space.weights {str(path)!r} has no {k!r} (shape {tuple(v.shape)}) of the model; "
+                             f"it holds {len(state)} tensors, first {next(iter(state), None)!r}: a file of another model")
+        if tuple(state[k].shape) != tuple(v.shape):
+            raise TraceError(f"space.weights {str(path)!r}: {k!r} has shape {tuple(state[k].shape)}, the model's is "
+                             f"{tuple(v.shape)}")
+    extra = sorted(set(state) - set(want))
+    if extra:
+        raise TraceError(f"space.weights {str(path)!r} holds {extra[0]!r}, which the model has not "
+                         f"({len(extra)} such tensors): a file of another model")
+    return state
+
+
+def channel_importance(space: SearchSpace, state: Mapping[str, Any], node: int) -> Any:
+    """Each channel of `node` scored by the layers that write it (the order a width's front slice keeps, §3's
+    slimmable networks; docs/method.md D48): the summed |γ| of their BatchNorms."""
+    import torch
+
+    score = torch.zeros(space.base[node - 1])
+    for e, (_, d) in enumerate(space.edges):
+        if d == node and e != space.n_edges - 1 and f"layers.{e}.bn.weight" in state:
+            score += state[f"layers.{e}.bn.weight"].detach().abs().float()
+    return score
+
+
+def ordered_state(space: SearchSpace, state: Mapping[str, Any], importance: str = "bn") -> dict[str, Any]:
+    """`state` (the widest network's, `trained_state`) with each node's channels ordered by `channel_importance`
+    ("bn"; "none" keeps them), most important first, so that a width's front slice keeps the strongest channels; the network computes the same
+    function (every layer writing a node permutes its outputs, every layer reading it its inputs)."""
+    if importance not in IMPORTANCE:
+        raise ValueError(f"space.importance {importance!r}: expected one of {IMPORTANCE}")
+    out = {k: v.clone() for k, v in state.items()}
+    if importance == "none":
+        return out
+    last = space.n_edges - 1
+    for node in range(1, space.n_nodes - 1):
+        perm = channel_importance(space, state, node).argsort(descending=True, stable=True)
+        for e, (s, d) in enumerate(space.edges):
+            prefix = "classifier" if e == last else f"layers.{e}"
+            w = f"{prefix}.weight" if e == last else f"{prefix}.conv.weight"
+            if w not in out:
+                continue  # a sum: no parameters
+            if d == node and e != last:
+                out[w] = out[w][perm]
+                for k in ("weight", "bias", "running_mean", "running_var"):
+                    out[f"{prefix}.bn.{k}"] = out[f"{prefix}.bn.{k}"][perm]
+            if s == node and s != d:
+                out[w] = out[w][:, perm]
     return out

@@ -284,7 +284,11 @@ def _setup(settings: Settings, job: SupernetJob, ddp: Dist) -> _Run:
 
     accel = accelerator(settings.train, ddp.device)  # fp16 with several processes is refused when the config is read
     torch.manual_seed(seed)
-    model = Supernet(space, channels_last=bool(sn.channels_last)).to(accel.device)
+    model = Supernet(space, channels_last=bool(sn.channels_last))
+    init = settings.initial_state()  # space.weights, its channels ordered by importance (D48)
+    if init is not None:
+        model.load_state_dict(init)
+    model = model.to(accel.device)
     opt = torch.optim.SGD(model.parameters(), lr=sn.lr, momentum=sn.momentum, weight_decay=sn.weight_decay,
                           nesterov=sn.momentum > 0)
     estimator = EpochUnaries(space) if job.method == "ows" else WindowUnaries(space, int(aw.window))

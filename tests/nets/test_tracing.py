@@ -17,7 +17,16 @@ from aows_core.config import ConfigError, load, resolve
 from aows_core.devices.flops import network_macs, network_params
 from aows_core.nets.network import Network, fold
 from aows_core.space import get_space
-from aows_core.tracing import TraceError, load_model, trace_space, traced_choices, trained_state
+from aows_core.tracing import (
+    TraceError,
+    channel_importance,
+    load_model,
+    ordered_state,
+    read_weights,
+    trace_space,
+    traced_choices,
+    trained_state,
+)
 
 torch.set_num_threads(1)
 USER = str(Path(__file__).parents[1] / "fixtures" / "user_models.py")
@@ -179,3 +188,100 @@ def test_cli_prints_a_traced_space(capsys):
     assert d["base_macs"] == network_macs(preset, preset.base_config)
     assert main(["space", "--model", f"{USER}:gated", "--input", "1,28,28"]) == 2
     assert "se" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make", [lambda: torchvision.models.resnet18(num_classes=10),
+                                  lambda: torchvision.models.mobilenet_v2(num_classes=10),
+                                  lambda: load_model(f"{USER}:small_net", {"in_channels": 3})],
+                         ids=["resnet18", "mobilenet_v2", "user"])
+def test_channels_ordered_by_importance_keep_the_function(make):
+    """`ordered_state` permutes every node's channels, most important first, and the network still computes the
+    model's logits (writers and readers of a node permuted alike, a tied stream across all its blocks)."""
+    model = randomise(make(), seed=2).eval()
+    traced = trace_space(model, (3, 40, 40))
+    space, state = traced.space, trained_state(traced, model)
+    ordered = ordered_state(space, state, "bn")
+    net = Network(space, space.base_config).eval()
+    net.load_state_dict(ordered)
+    x = torch.randn(2, 3, 40, 40, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(net(x), model(x), rtol=1e-4, atol=1e-4)
+    moved = 0
+    for node in range(1, space.n_nodes - 1):
+        score = channel_importance(space, ordered, node)
+        assert torch.all(score[:-1] >= score[1:]), node
+        moved += not torch.equal(score, channel_importance(space, state, node))
+    assert moved > space.n_nodes // 2  # the order changed, not only kept
+
+
+def test_weights_file_is_checked_against_the_model(tmp_path):
+    """A file of another model names the first mismatched key and both shapes; a missing or extra key and an
+    unreadable file are named too."""
+    model = load_model(f"{USER}:small_net", {})
+    good, wide, bad = tmp_path / "good.pt", tmp_path / "wide.pt", tmp_path / "bad.pt"
+    torch.save(model.state_dict(), good)
+    torch.save({"state_dict": load_model(f"{USER}:small_net", {"width": 24}).state_dict()}, wide)
+    bad.write_text("not a state dict")
+    assert set(read_weights(good, model)) == set(model.state_dict())
+    with pytest.raises(TraceError, match=r"'stem.0.weight' has shape \(24, 1, 3, 3\), the model's is \(16, 1, 3, 3\)"):
+        read_weights(wide, model)
+    with pytest.raises(TraceError, match="cannot read it as a torch state dict"):
+        read_weights(bad, model)
+    state = model.state_dict()
+    torch.save({k: v for k, v in state.items() if k != "head.bias"}, bad)
+    with pytest.raises(TraceError, match="has no 'head.bias'"):
+        read_weights(bad, model)
+    torch.save({**state, "extra.weight": torch.zeros(1)}, bad)
+    with pytest.raises(TraceError, match="holds 'extra.weight', which the model has not"):
+        read_weights(bad, model)
+
+
+def test_supernet_starts_from_space_weights(tmp_path):
+    """`space.weights`: the supernet's widest network computes the trained model's logits at step 0, and its narrowest
+    front slice holds each node's strongest channels by BatchNorm |γ|; a mismatched file stops the config's reading."""
+    from aows_core.nets.supernet import Supernet
+
+    model = randomise(load_model(f"{USER}:small_net", {}), seed=4).eval()
+    path = tmp_path / "trained.pt"
+    torch.save(model.state_dict(), path)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"space: {{model: '{USER}:small_net', weights: '{path}'}}\n")
+    settings = resolve(load(cfg))
+    space = settings.space
+    sup = Supernet(space)
+    sup.load_state_dict(settings.initial_state())
+    x = torch.randn(3, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(sup.eval()(x), model(x), rtol=1e-4, atol=1e-4)
+    stem = sup.subnet_state_dict(space.min_config)["layers.0.bn.weight"]
+    gammas = channel_importance(space, trained_state(trace_space(model, (1, 28, 28)), model), 1)
+    torch.testing.assert_close(channel_importance(space, sup.state_dict(), 1)[: stem.numel()],
+                               gammas.sort(descending=True).values[: stem.numel()])
+    torch.save(load_model(f"{USER}:small_net", {"width": 24}).state_dict(), path)
+    with pytest.raises(TraceError, match="'stem.0.weight' has shape"):
+        resolve(load(cfg))
+    cfg.write_text(f"space: {{weights: '{path}'}}\n")
+    with pytest.raises(ConfigError, match="space.weights initialises a traced space.model"):
+        resolve(load(cfg))
+
+
+@pytest.mark.slow
+def test_supernet_stage_trains_from_space_weights(tmp_path):
+    """`aows train-supernet` on a traced model with `space.weights` starts from them: after one step its weights are
+    the ordered trained ones, moved by one SGD step, not a fresh initialisation (regression: the stage's set-up)."""
+    from stage_calls import train_supernet
+
+    from aows_core.config import validate
+
+    model = randomise(load_model(f"{USER}:small_net", {"width": 8}), seed=5)
+    path = tmp_path / "trained.pt"
+    torch.save(model.state_dict(), path)
+    cfg = validate({"seed": 0, "space": {"model": f"{USER}:small_net", "model_kwargs": {"width": 8},
+                                         "weights": str(path)},
+                    "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
+                    "supernet": {"epochs": 1, "batch_size": 64, "estimate_configs": 20, "estimate_images": 64}})
+    train_supernet(cfg, tmp_path / "ows", tmp_path / "resume", method="ows", progress=False, stop_after_steps=1)
+    after = torch.load(tmp_path / "resume" / "checkpoint.pt", weights_only=False)["model"]
+    start = resolve(cfg).initial_state()
+    for k in ("layers.0.conv.weight", "classifier.weight"):
+        assert (after[k] - start[k]).norm() < 0.2 * start[k].norm(), k
