@@ -355,9 +355,9 @@ class _Reader:
             p = args[3] if len(args) > 3 else n.kwargs.get("padding", 0)
             return self.pool(n, k, s, p, n.kwargs.get("dilation", 1), n.kwargs.get("ceil_mode", False))
         name = getattr(f, "__name__", str(f))
-        raise TraceError(f"{_where(n)}: operator {name!r} is not a registered layer kind (aows's kinds: conv + "
-                         f"BatchNorm units, ReLU/ReLU6, max-pool after a stem, residual sums, the global average pool "
-                         f"and the classifier). Keep the module that calls it out of the searched network, or register "
+        raise TraceError(f"{_where(n)}: operator {name!r} is not a registered layer kind; aows's kinds run conv + "
+                         f"BatchNorm units, ReLU/ReLU6, a max-pool after a stem, residual sums, the global average pool "
+                         f"and the classifier. Keep the module that calls it out of the searched network, or register "
                          f"a kind for it (docs/extending.md)")
 
     def arg(self, n: Any, i: int, keep_open: bool = False) -> Any:
@@ -577,9 +577,10 @@ def _graph(model: Any, input_shape: Sequence[int]) -> Any:
     except Exception as e:  # torch.fx raises many kinds; each means the forward is not traceable symbolically
         raise TraceError(f"torch.fx cannot trace the module ({type(e).__name__}: {e}); aows needs a forward without "
                          f"data-dependent control flow (wrap such code in a leaf module)") from None
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))  # "meta": shapes without compute
     try:
         with torch.no_grad():
-            ShapeProp(gm).propagate(torch.zeros(1, c, h, w))
+            ShapeProp(gm).propagate(torch.zeros(1, c, h, w, device=device))
     except Exception as e:
         raise TraceError(f"the module does not run on an input of shape ({c}, {h}, {w}): {type(e).__name__}: "
                          f"{e}") from None

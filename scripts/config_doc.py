@@ -36,7 +36,8 @@ SCHEMA_NAME = "workflow/schemas/config.schema.yaml"
 # sizes, the optimisers' recipes. config.yaml sets only these keys (tests/test_configuration_doc.py).
 USER_KEYS: tuple[str, ...] = (
     "seed",
-    "space.preset", "space.resolution", "space.in_channels", "space.num_classes",
+    "space.preset", "space.resolution", "space.in_channels", "space.num_classes", "space.model", "space.model_kwargs",
+    "space.weights", "space.fixed",
     "data.dataset", "data.root", "data.download", "data.train_subset", "data.search_val", "data.calibration",
     "data.num_workers",
     "devices", "devices.*.backend", "devices.*.batch_size", "devices.*.threads", "devices.*.inter_op_threads",
