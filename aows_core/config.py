@@ -896,7 +896,7 @@ class GreedySettings(Section):
 
 @dataclass(frozen=True)
 class RetrainSettings(Section):
-    """`retrain`: retraining a decided network from scratch (§7)."""
+    """`retrain`: retraining a decided network from scratch (§7), or from space.weights (`init`, D48)."""
 
     name: ClassVar[str] = "retrain"
     epochs: int = 2
@@ -917,6 +917,7 @@ class RetrainSettings(Section):
     channels_last: bool = True
     augment: bool = False
     seeds: tuple[int, ...] | None = (0, 1, 2)
+    init: str = "scratch"
 
     def images(self, data: DataSettings) -> int | None:
         """The training images the finalists retrain on: train_subset (None → data.train_subset; all → None)."""
@@ -981,5 +982,8 @@ class Settings:
 def resolve(config: Mapping[str, Any]) -> Settings:
     """The Settings of a validated config (`validate`, `load`): each section once, the space built once."""
     sections = {key: cls.from_mapping(config[key]) for key, cls in SECTIONS.items() if key != "space"}
+    if sections["retrain"].init == "weights" and config["space"].get("weights") is None:
+        raise ConfigError("config key retrain.init: weights fine-tunes the finalists from space.weights, which is not "
+                          "set: set space.weights (and space.model), or retrain.init: scratch")
     return Settings(seed=int(config["seed"]), space=space_from_config(config), devices=_frozen(config["devices"]),
                     space_section=SpaceSettings.from_mapping(config["space"]), **sections)  # type: ignore[arg-type]

@@ -238,17 +238,18 @@ class _Reader:
 
     def close_sum(self, s: _Sum) -> _Tensor:
         a, b = s.xs
-        if self.act == "relu" and s.act is None or self.act == "relu6" and s.act is not None:
-            raise TraceError(f"{s.where}: a residual sum {'without' if s.act is None else 'with'} an activation "
-                             f"after it, in a network of {self.act} units; the registered 'add' kind is ReLU'd after "
-                             f"the sum in a ReLU network (ResNet) and not in a ReLU6 one (MobileNet-v2). Register a "
-                             f"kind (docs/extending.md)")
+        if self.act == "relu6" and s.act is not None:
+            raise TraceError(f"{s.where}: a residual sum with an activation after it, in a network of relu6 units; "
+                             f"the registered sums are ReLU'd in a ReLU network ('add', ResNet) or not at all ('sum', "
+                             f"MobileNet-v2, MNASNet). Register a kind (docs/extending.md)")
+        # 'add' is ReLU'd in a ReLU network and not in a ReLU6 one; 'sum' never is
+        kind = "sum" if s.act is None and self.act != "relu6" else "add"
         if a.hw != b.hw or self.width[self.root(a.group)] != self.width[self.root(b.group)]:
             raise TraceError(f"{s.where}: a sum of tensors of different shapes")
         g = self.tie(a.group, b.group)
         if g == self.root(0):
             raise TraceError(f"{s.where}: a residual sum with the network's input; the input's channels are fixed")
-        return self.edge(_Edge("add", g, g, a.hw, 1, 1, (a.edge, b.edge), {}, s.where))
+        return self.edge(_Edge(kind, g, g, a.hw, 1, 1, (a.edge, b.edge), {}, s.where))
 
     def edge(self, e: _Edge) -> _Tensor:
         from .kinds import kind_of
@@ -487,7 +488,7 @@ def _blocks(edges: list[_Edge]) -> list[tuple[list[int], int, int]]:
     in_block: dict[int, int] = {}
     blocks: list[tuple[list[int], int, int]] = []
     for i, e in enumerate(edges):
-        if e.kind != "add":
+        if len(e.inputs) != 2:  # a residual sum reads two tensors
             continue
         (pa, xa), (pb, xb) = (branch(t, e.where) for t in e.inputs)
         if xa != xb:

@@ -6,7 +6,10 @@ Trains tests/fixtures/user_models.py's SmallNet on Fashion-MNIST for `--epochs`,
 (`multiplier_configs`), its BatchNorm recalibrated on `--calibration` training images (D22), is scored on the test
 split. Prints the full network's accuracy (equal in every order) and one row per multiplier.
 
-    python bench/trained_weights.py --epochs 2
+    python bench/trained_weights.py --epochs 2 [--finetune 2]
+
+With `--finetune E`, the 0.75× network is trained for 1..E epochs (each a fresh run with its own one-cycle schedule)
+from its ordered slice (retrain.init: weights) and from scratch.
 """
 
 from __future__ import annotations
@@ -35,11 +38,12 @@ def normalised(x: torch.Tensor) -> torch.Tensor:
     return (x.float() / 255 - mean[0]) / std[0]
 
 
-def train(epochs: int, batch: int, seed: int) -> tuple[torch.nn.Module, float]:
-    """SmallNet trained with SGD + cosine schedule on the 60 000 training images; (model, seconds)."""
+def train(epochs: int, batch: int, seed: int, model: torch.nn.Module | None = None) -> tuple[torch.nn.Module, float]:
+    """SmallNet (or `model`) trained with SGD and a one-cycle schedule on the 60 000 training images; (model,
+    seconds)."""
     torch.manual_seed(seed)
     x, y = _fmnist_arrays(Path("/usr/share/datasets/fashion-mnist"), "train", False)
-    model = load_model(MODEL, {"width": 16})
+    model = load_model(MODEL, {"width": 16}) if model is None else model
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4, nesterov=True)
     steps = epochs * (len(x) // batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, 0.1, total_steps=steps)
@@ -78,6 +82,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--calibration", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--finetune", type=int, default=0, help="epochs of the 0.75× fine-tuning comparison (0: none)")
     a = ap.parse_args()
     torch.set_num_threads(2)
     model, seconds = train(a.epochs, a.batch, a.seed)
@@ -108,6 +113,24 @@ def main() -> None:
         print(f"| {m:.2f} | {100 * r['none']:.2f} % | {100 * r['bn']:.2f} % |")
     gain = [r["bn"] - r["none"] for m, r in rows.items() if m < 1]
     print(f"BN order − own order below 1.0×: median {100 * np.median(gain):+.2f} points")
+    if a.finetune:
+        finetune(a, xt, yt, path_state=(space, sup))
+
+
+def finetune(a: argparse.Namespace, xt: torch.Tensor, yt: torch.Tensor, path_state) -> None:
+    """retrain.init: the 0.75× network fine-tuned from its ordered slice against trained from scratch, epoch by
+    epoch (the same recipe as the trained network's)."""
+    from aows_core.nets.network import Network
+
+    space, sup = path_state
+    m, cfg = min(multiplier_configs(space), key=lambda mc: abs(mc[0] - 0.75))
+    for name, make in (("fine-tuned", lambda: sup.subnet(cfg)), ("from scratch", lambda: Network(space, cfg))):
+        accs = []
+        for e in range(1, a.finetune + 1):
+            net, _ = train(e, a.batch, a.seed, make().train())
+            with torch.no_grad():
+                accs.append(float((net.eval()(xt).argmax(1) == yt).float().mean()))
+        print(f"{m:.2f}× {name}: " + ", ".join(f"{e} epoch(s) {100 * v:.2f} %" for e, v in enumerate(accs, 1)))
 
 
 if __name__ == "__main__":

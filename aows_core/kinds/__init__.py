@@ -1,8 +1,8 @@
 """Layer kinds as classes in one registry (§4's Θ_i.kind; docs/method.md D45; docs/extending.md "A layer kind").
 
 `kind_of(t.kind)` answers for a layer: its latency variable, output size, MACs, parameters, memory traffic, its
-torch module, its supernet forward and its ONNX nodes. Built in: conv, convpool, pconv, dw, dwsep (`conv`), add
-(`residual`), linear (`classifier`). A new kind is one class registered with `register`. Imports no torch.
+torch module, its supernet forward and its ONNX nodes. Built in: conv, convpool, pconv, dw, dwsep (`conv`), add,
+sum (`residual`), linear (`classifier`). A new kind is one class registered with `register`. Imports no torch.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The residual add (D44): sums a block's branch and its shortcut on one width, ReLU'd after the sum in a "relu"
-space (ResNet), not in a "relu6" one (MobileNet-v2). No parameters, no MACs; its latency is a variable (Θ, c, c)."""
+space (ResNet), not in a "relu6" one (MobileNet-v2); `sum` never activates it (MNASNet's blocks in a ReLU network,
+D48). No parameters, no MACs; its latency is a variable (Θ, c, c)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ class ResidualAdd(LayerKind):
     one_width = True
     cost_family = "linear"
 
+    def activated(self, act: str) -> bool:
+        """Whether the sum is ReLU'd in a space of activation `act`."""
+        return act == "relu"
+
     def macs(self, t: Any, c_in: int, c_out: int) -> int:
         return 0
 
@@ -30,14 +35,24 @@ class ResidualAdd(LayerKind):
                device: Any = None) -> Any:
         from .units import Add
 
-        return Add(act == "relu")
+        return Add(self.activated(act))
 
     def forward(self, mod: Any, xs: Sequence[Any], src: int, dst: int, p: Pass) -> Any:
         return mod(xs[0], xs[1])  # both terms are zero beyond the node's width, so is their sum (and its ReLU)
 
     def onnx(self, g: Any, t: Any, xs: Sequence[str], out: str, path: str, c_in: int, c_out: int) -> None:
-        if g.act == "relu":
+        if self.activated(g.act):
             g.node("Add", list(xs), [f"{path}.sum"], name=f"{path}.sum")
             g.node("Relu", [f"{path}.sum"], [out], name=out)
         else:
             g.node("Add", list(xs), [out], name=out)
+
+
+@register
+class PlainSum(ResidualAdd):
+    """y + shortcut, never activated: a linear bottleneck's sum in a ReLU network (MNASNet)."""
+
+    name = "sum"
+
+    def activated(self, act: str) -> bool:
+        return False

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from . import add_config, forward_options, torchrun
 
@@ -60,7 +60,7 @@ def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, resume_dir,
         seed: int | None = None, channels: str | None = None, progress: bool = True,
         stop_after: int | None = None) -> dict[str, Any]:
-    """Retrain one decision's network (or the network `channels` names) from scratch, then its top-1 on the
+    """Retrain one decision's network (or the network `channels` names) from scratch (retrain.init), then its top-1 on the
     test split with a Wilson interval (§7), both on `train.device` in `train.precision` (D29); writes
     result.parquet and model.pt.
 
@@ -101,6 +101,18 @@ def _job(settings: Settings, resume: Mapping[str, Any], decision: Any, channels:
     return row, RetrainJob(widths, seed, run_id(resume, widths, seed), desc)
 
 
+def _initial(settings: Settings, channels: Sequence[int]) -> dict[str, Any] | None:
+    """Where the network's training starts: None from scratch, or (retrain.init: weights) its front slice of
+    space.weights with the channels ordered as the supernet's (D48)."""
+    if settings.retrain.init != "weights":
+        return None
+    from ..nets.supernet import Supernet
+
+    widest = Supernet(settings.space)
+    widest.load_state_dict(settings.initial_state())
+    return widest.subnet_state_dict(channels)
+
+
 def _run(settings: Settings, row: Mapping[str, Any], job: RetrainJob, control: RunControl, decision: Any,
          outputs: Mapping[str, Any], ddp: Dist) -> dict[str, Any]:
     """`run` in this process's place of the (data-parallel) run `ddp`: train, evaluate, and (rank 0) write."""
@@ -120,7 +132,7 @@ def _run(settings: Settings, row: Mapping[str, Any], job: RetrainJob, control: R
     spec = settings.data_spec("retrain", train_seed=job.seed)
     splits = load_splits(spec, device=accel.device)  # an in-memory dataset is held and augmented there
     check_dataset(splits.info, space)
-    res = train_network(rt, space, job, splits, accel, control, ddp=ddp)
+    res = train_network(rt, space, job, splits, accel, control, ddp=ddp, init=_initial(settings, job.channels))
     if not res.complete:
         return {"complete": False, "epoch": res.epoch, "step": res.step}
 

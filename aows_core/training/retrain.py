@@ -136,7 +136,7 @@ class _Retraining:
     the last epoch's losses; its steps and resume checkpoints (`train_network`)."""
 
     def __init__(self, rt: RetrainSettings, space: SearchSpace, job: RetrainJob, splits: Any, accel: Accelerator,
-                 ddp: Dist):
+                 ddp: Dist, init: Mapping[str, Any] | None = None):
         from ..nets.network import Network
         from ..nets.sandwich import defers
 
@@ -144,7 +144,10 @@ class _Retraining:
         self.steps, self.E = splits.steps_per_epoch, int(rt.epochs)
         self.total, self.warmup = self.E * self.steps, int(round(float(rt.warmup_epochs) * self.steps))
         torch.manual_seed(job.seed)
-        model = Network(space, list(job.channels)).to(accel.device)
+        model = Network(space, list(job.channels))
+        if init is not None:  # retrain.init: weights (D48)
+            model.load_state_dict(init)
+        model = model.to(accel.device)
         if splits.spec.channels_last:
             model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self.model, self.scaler = model, accel.grad_scaler()
@@ -240,15 +243,16 @@ class _Retraining:
 
 
 def train_network(rt: RetrainSettings, space: SearchSpace, job: RetrainJob, splits: Any, accel: Accelerator,
-                  control: RunControl, ddp: Dist | None = None) -> RetrainResult:
-    """Train the fixed-width network of `job.channels` from scratch on `splits` (§7) under the `retrain:` settings on
-    `accel`'s device and precision, resumable at any step (`control`); `ddp`: this process's place in a data-parallel
-    run (default: alone). `job.seed` initialises the weights; the batches are the splits'."""
+                  control: RunControl, ddp: Dist | None = None, init: Mapping[str, Any] | None = None) -> RetrainResult:
+    """Train the fixed-width network of `job.channels` from scratch (or from the state `init`, D48) on `splits` (§7)
+    under the `retrain:` settings on `accel`'s device and precision, resumable at any step (`control`); `ddp`: this
+    process's place in a data-parallel run (default: alone). `job.seed` initialises the weights; the batches are the
+    splits'."""
     if splits.spec.batch_seed != job.seed:
         raise ValueError(f"the splits' batches are seeded with {splits.spec.batch_seed}, this run with {job.seed}: "
                          f"load them with settings.data_spec('retrain', train_seed={job.seed})")
     ddp = ddp or Dist(device=accel.device)
-    r = _Retraining(rt, space, job, splits, accel, ddp)
+    r = _Retraining(rt, space, job, splits, accel, ddp, init)
     ckpt = control.resume_dir / "checkpoint.pt"
     state = load_resume(ckpt, job.run_id)
     if state is not None:

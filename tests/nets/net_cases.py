@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torchvision
 from torch import nn
 
 from aows_core.space import Stage, build_space, get_space
@@ -23,8 +24,12 @@ TINY_BOTTLENECK = build_space(
 # layer before a pointwise one (tests/fixtures/user_models.py).
 TRACED_USER = trace_space(load_model(str(Path(__file__).parents[1] / "fixtures" / "user_models.py") + ":small_net",
                                      {"width": 8}), (1, 28, 28), "traced_user", n_choices=4).space
+# torchvision's MNASNet traced (D48): inverted residuals whose sums a ReLU network leaves unactivated (`sum`).
+TRACED_MNASNET = trace_space(torchvision.models.mnasnet0_5(num_classes=5), (3, 32, 32), "traced_mnasnet",
+                             n_choices=3).space
 FAMILIES = {"mobilenet_v1_fmnist": get_space("mobilenet_v1_fmnist"), "mobilenet_v2_fmnist": get_space("mobilenet_v2_fmnist"),
-            "resnet_fmnist": get_space("resnet_fmnist"), "tiny_bottleneck": TINY_BOTTLENECK, "traced_user": TRACED_USER}
+            "resnet_fmnist": get_space("resnet_fmnist"), "tiny_bottleneck": TINY_BOTTLENECK, "traced_user": TRACED_USER,
+            "traced_mnasnet": TRACED_MNASNET}
 
 
 def random_configs(space, n: int, seed: int = 0) -> list[list[int]]:
@@ -54,7 +59,7 @@ def randomise(model: nn.Module, seed: int = 0) -> nn.Module:
                 m.running_var.copy_(torch.rand(n, generator=g) * 1.5 + 0.5)
                 m.weight.copy_(gain * (0.5 + 0.5 * torch.rand(n, generator=g)))
                 m.bias.copy_(0.3 * torch.randn(n, generator=g))
-            elif isinstance(m, nn.Conv2d) and m.bias is not None:
+            elif isinstance(m, nn.Conv2d) and m.bias is not None and getattr(model, "space", None) is None:
                 m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
         if not isinstance(getattr(model, "classifier", None), nn.Linear):
             return model

@@ -61,8 +61,9 @@ def test_torchvision_traces_into_the_preset(name):
 
 @pytest.mark.parametrize("make", [lambda: torchvision.models.resnet18(num_classes=10),
                                   lambda: torchvision.models.mobilenet_v2(num_classes=10),
+                                  lambda: torchvision.models.mnasnet0_5(num_classes=10),
                                   lambda: load_model(f"{USER}:small_net", {"in_channels": 3})],
-                         ids=["resnet18", "mobilenet_v2", "user"])
+                         ids=["resnet18", "mobilenet_v2", "mnasnet0_5", "user"])
 def test_widest_network_is_the_model_with_its_weights(make):
     """The fixed network at the traced widths, given `trained_state`, computes the model's logits (eval mode), and so
     does its deployment form (BN folded; a conv's own bias folded into its BN)."""
@@ -104,8 +105,9 @@ def _pruning_groups(model: nn.Module, x: torch.Tensor) -> set[frozenset[str]]:
 
 @pytest.mark.parametrize("make", [lambda: torchvision.models.resnet18(num_classes=10),
                                   lambda: torchvision.models.mobilenet_v2(num_classes=10),
+                                  lambda: torchvision.models.mnasnet0_5(num_classes=10),
                                   lambda: load_model(f"{USER}:small_net", {})],
-                         ids=["resnet18", "mobilenet_v2", "user"])
+                         ids=["resnet18", "mobilenet_v2", "mnasnet0_5", "user"])
 def test_coupled_channels_agree_with_torch_pruning(make):
     """The channels the trace ties into one node are the ones Torch-Pruning's DependencyGraph prunes together."""
     model = make().eval()
@@ -285,3 +287,31 @@ def test_supernet_stage_trains_from_space_weights(tmp_path):
     start = resolve(cfg).initial_state()
     for k in ("layers.0.conv.weight", "classifier.weight"):
         assert (after[k] - start[k]).norm() < 0.2 * start[k].norm(), k
+
+
+@pytest.mark.slow
+def test_finalists_fine_tune_from_space_weights(tmp_path):
+    """`retrain.init: weights`: a finalist's training starts from its front slice of the ordered weights (moved by one
+    SGD step), not from a fresh initialisation; without space.weights the setting is refused when the config is read."""
+    from aows_core.config import validate
+    from aows_core.nets.supernet import Supernet
+    from aows_core.stages import retrain
+
+    model = randomise(load_model(f"{USER}:small_net", {"width": 16}), seed=6)
+    path = tmp_path / "trained.pt"
+    torch.save(model.state_dict(), path)
+    space_cfg = {"model": f"{USER}:small_net", "model_kwargs": {"width": 16}, "weights": str(path)}
+    cfg = validate({"seed": 0, "space": space_cfg, "data": {"train_subset": 256, "search_val": 64, "calibration": 64},
+                    "retrain": {"epochs": 1, "batch_size": 64, "seeds": [0], "init": "weights"}})
+    settings = resolve(cfg)
+    channels = [c[len(c) // 2] for c in settings.space.layer_choices]
+    retrain.run(cfg, {"decision": None}, {"out_dir": tmp_path / "out"}, resume_dir=tmp_path / "resume",
+                channels="-".join(map(str, channels)), progress=False, stop_after=1)
+    after = torch.load(tmp_path / "resume" / "checkpoint.pt", weights_only=False)["model"]
+    widest = Supernet(settings.space)
+    widest.load_state_dict(settings.initial_state())
+    start = widest.subnet_state_dict(channels)
+    for k in ("layers.0.conv.weight", "classifier.weight"):
+        assert after[k].shape == start[k].shape and (after[k] - start[k]).norm() < 0.2 * start[k].norm(), k
+    with pytest.raises(ConfigError, match="retrain.init: weights fine-tunes the finalists from space.weights"):
+        resolve(validate({"retrain": {"init": "weights"}}))

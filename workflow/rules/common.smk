@@ -42,6 +42,15 @@ def settings(stage, device=None):
     )
 
 
+def trained_weights(*stages):
+    """The space.weights file (D48) as an input of a training rule that starts from it, so that a new file reruns it:
+    the OWS supernet always, the retrainings when retrain.init is weights."""
+    path = config["space"].get("weights")
+    if path is None or ("retrain" in stages and config["retrain"]["init"] != "weights"):
+        return []
+    return [path]
+
+
 def node_threads(section):
     """CPUs a training job asks for on each of its nodes: threads × processes ÷ nodes (docs/method.md D30)."""
     c = config[section]

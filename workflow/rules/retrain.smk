@@ -1,6 +1,7 @@
 """Retraining the finalists from scratch (§7): one training per distinct network and seed.
 
-Inputs:  results/decisions/{device}/{method}/{target}.parquet (checkpoints: the network is read from it)
+Inputs:  results/decisions/{device}/{method}/{target}.parquet (checkpoints: the network is read from it);
+         space.weights when retrain.init is weights (D48)
 Outputs: results/retrain/nets/{net}/seed{seed}/{result.parquet,model.pt}, {net} = the widths (16-32-64):
          trained once per retrain seed for every finalist, of any method, target or device, that decided them
          results/retrain/{device}/{method}/{target}/seed{seed}/{result.parquet,model.pt}: the finalist's copy
@@ -9,6 +10,8 @@ Outputs: results/retrain/nets/{net}/seed{seed}/{result.parquet,model.pt}, {net} 
 
 
 rule retrain_net:
+    input:
+        weights=trained_weights("retrain"),
     output:
         result="results/retrain/nets/{net}/seed{seed}/result.parquet",
         model="results/retrain/nets/{net}/seed{seed}/model.pt",

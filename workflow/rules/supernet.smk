@@ -1,6 +1,6 @@
 """Supernet training (§3, §5, §6) and the feasibility of every latency target.
 
-Inputs:  config.yaml (data, supernet, aows), results/lut/{device}/lut.parquet
+Inputs:  config.yaml (data, supernet, aows), results/lut/{device}/lut.parquet, space.weights (D48) when set
 Outputs: results/targets/{device}/{target}.json            the target resolved (fails if no network meets it)
          results/targets/feasible.txt                       every absolute target checked: training waits for it
          results/supernet/ows/{unaries,metrics}.parquet     OWS: one supernet for every device and target
@@ -51,6 +51,7 @@ rule targets_feasible:
 rule train_ows:
     input:
         feasible=ancient("results/targets/feasible.txt"),
+        weights=trained_weights("supernet"),
     output:
         unaries="results/supernet/ows/unaries.parquet",
         metrics="results/supernet/ows/metrics.parquet",
