@@ -378,6 +378,24 @@ class SearchSpace:
         )
 
 
+def check_blocks(space: SearchSpace) -> None:
+    """Refuse spaces the networks cannot build (D44): the classifier (`linear`) is the last edge and only there, and
+    the blocks run in sequence (each reads the node the previous one wrote), covering every edge once."""
+    last = space.n_edges - 1
+    for i, t in enumerate(space.thetas):
+        if kind_of(t.kind).classifier != (i == last):
+            raise ValueError(f"space {space.name!r}: edge {i} is {t.kind!r}; a network needs a classifier kind "
+                             f"('linear') as its last edge and only there")
+    node, seen = 0, []
+    for j, b in enumerate(space.blocks):
+        if b.src != node:
+            raise ValueError(f"space {space.name!r}: block {j} reads node {b.src}, but the previous block wrote {node}")
+        seen += [*b.edges, *(e for e in (b.shortcut, b.add) if e >= 0)]
+        node = b.dst
+    if sorted(seen) != list(range(space.n_edges)):
+        raise ValueError(f"space {space.name!r}: its blocks must cover every edge exactly once")
+
+
 def pad_nodes(per_layer: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Per-node arrays of the chain (nodes 0..n): zeros on the fixed end nodes around the layers' arrays."""
     return [np.zeros(1)] + [np.asarray(d, dtype=np.float64) for d in per_layer] + [np.zeros(1)]

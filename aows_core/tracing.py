@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .space import Block, SearchSpace, Theta
+from .space import Block, SearchSpace, Theta, check_blocks
 
 # The multipliers of a traced width its node chooses among: evenly spaced in [TRACED_MIN_MULT, 1] (the traced width
 # itself the largest, so that the widest network is the user's and its trained weights fit it).
@@ -527,8 +527,6 @@ def trace_space(model: Any, input_shape: Sequence[int], name: str = "traced", *,
                 divisor: int = TRACED_DIVISOR, model_name: str = "") -> TracedSpace:
     """The search space of `model` on inputs of `input_shape` (C, H, W): see the module docstring. `fixed` names
     modules (or module prefixes) whose output channels keep their traced width."""
-    from .nets import check_blocks
-
     model = model.eval()
     reader = _Reader(_graph(model, input_shape), model, int(input_shape[0]))
     reader.read()

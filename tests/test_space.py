@@ -104,7 +104,7 @@ def test_node_and_layer_vocabulary():
 
 
 def test_a_network_needs_the_classifier_last_and_only_there():
-    from aows_core.nets import check_blocks
+    from aows_core.space import check_blocks
 
     check_blocks(get_space("mobilenet_v1_fmnist"))
     t = Theta(4, 4, 1, 1, "linear")

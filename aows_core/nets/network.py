@@ -23,8 +23,8 @@ from torch import nn
 
 from ..kinds import kind_of
 from ..kinds.units import Unit
-from ..space import SearchSpace
-from . import TIMING_WEIGHT_STD, WEIGHT_ALIGN, check_blocks
+from ..space import SearchSpace, check_blocks
+from . import TIMING_WEIGHT_STD, WEIGHT_ALIGN
 from .batchnorm import SyncBatchNorm2d
 
 

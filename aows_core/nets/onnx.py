@@ -16,8 +16,7 @@ import numpy as np
 
 from ..kinds import kind_of
 from ..kinds.base import ConvShape
-from ..space import SearchSpace
-from . import check_blocks
+from ..space import SearchSpace, check_blocks
 
 OPSET = 17
 IR_VERSION = 8  # readable by every ONNX Runtime since 1.10

@@ -25,8 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..kinds import Pass, kind_of
-from ..space import SearchSpace
-from . import check_blocks
+from ..space import SearchSpace, check_blocks
 from .batchnorm import at_least_float32, group_batch_norm
 from .network import BlockPlan, Network, edge_module, edge_modules, reset_parameters
 from .widths import DeviceWidths

@@ -43,8 +43,8 @@ def settings(stage, device=None):
 
 
 def trained_weights(*stages):
-    """The space.weights file (D48) as an input of a training rule that starts from it, so that a new file reruns it:
-    the OWS supernet always, the retrainings when retrain.init is weights."""
+    """The space.weights file (D48) as an input of the trainings that start from it (a new file reruns them); the
+    OWS supernet always, the retrainings when retrain.init is weights."""
     path = config["space"].get("weights")
     if path is None or ("retrain" in stages and config["retrain"]["init"] != "weights"):
         return []
