@@ -709,7 +709,7 @@ class SpaceSettings(Section):
             return get_space(params.pop("preset"), **params)
         return self.traced(dataset)[0].space
 
-    def traced(self, dataset: str = "fashion_mnist"):
+    def traced(self, dataset: str = "fashion_mnist") -> tuple[Any, Any]:
         """(`model` traced into a space, the module): `aows_core.tracing`, on space.in_channels × space.resolution²
         inputs, else the dataset's image shape; `weights` checked against the module (read, not yet loaded)."""
         from .tracing import TRACED_N_CHOICES, load_model, read_weights, trace_space
