@@ -709,9 +709,9 @@ class SpaceSettings(Section):
             return get_space(params.pop("preset"), **params)
         return self.traced(dataset)[0].space
 
-    def traced(self, dataset: str = "fashion_mnist") -> tuple[Any, Any]:
+    def traced(self, dataset: str = "fashion_mnist", load: bool = False) -> tuple[Any, Any]:
         """(`model` traced into a space, the module): `aows_core.tracing`, on space.in_channels × space.resolution²
-        inputs, else the dataset's image shape; `weights` checked against the module (read, not yet loaded)."""
+        inputs, else the dataset's image shape; `weights` checked against the module, and loaded into it if `load`."""
         from .tracing import TRACED_N_CHOICES, load_model, read_weights, trace_space
 
         for key in ("width_mult", "first_stride"):
@@ -722,7 +722,9 @@ class SpaceSettings(Section):
         shape = (self.in_channels or channels, self.resolution or resolution, self.resolution or resolution)
         model = load_model(self.model, self.model_kwargs)
         if self.weights is not None:
-            read_weights(self.weights, model)
+            state = read_weights(self.weights, model)
+            if load:
+                model.load_state_dict(state)
         traced = trace_space(model, shape, _traced_name(self.model), fixed=self.fixed,
                              n_choices=self.n_choices or TRACED_N_CHOICES, model_name=self.model)
         if self.num_classes is not None and traced.space.num_classes != self.num_classes:
@@ -735,10 +737,9 @@ class SpaceSettings(Section):
         (`aows_core.tracing:ordered_state`); None without weights (trained from scratch)."""
         if self.model is None or self.weights is None:
             return None
-        from .tracing import ordered_state, read_weights, trained_state
+        from .tracing import ordered_state, trained_state
 
-        traced, model = self.traced(dataset)
-        model.load_state_dict(read_weights(self.weights, model))
+        traced, model = self.traced(dataset, load=True)
         return ordered_state(traced.space, trained_state(traced, model), self.importance)
 
 

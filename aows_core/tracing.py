@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .kinds import kind_of
 from .space import Block, SearchSpace, Theta, check_blocks
 
 # The multipliers of a traced width its node chooses among: evenly spaced in [TRACED_MIN_MULT, 1] (the traced width
@@ -107,6 +108,7 @@ class _Edge:
     modules: dict[str, str] = field(default_factory=dict)
     where: str = ""
     owner: str = ""  # the module the layer belongs to: its nearest ancestor that is not a plain sequence
+    act: str | None = None  # the activation after it (its kind's name follows once the space's is known, D49)
 
 
 @dataclass
@@ -127,7 +129,7 @@ class _Unit:
     c_out: int
     kernel: int
     stride: int
-    depthwise: bool
+    groups: int
     bn: str | None = None
     act: str | None = None
     pool: bool = False
@@ -145,9 +147,29 @@ class _Sum:
 
 @dataclass
 class _Pooled:
-    """Globally average-pooled features of a tensor (the classifier's input)."""
+    """Globally average-pooled features of a tensor (the classifier's input, or a squeeze-and-excitation's)."""
 
     x: _Tensor
+
+
+@dataclass
+class _Squeeze:
+    """A squeeze-and-excitation gate of tensor x being read: fc1, its activation, fc2, the gate (D49)."""
+
+    x: _Tensor
+    fc1: str
+    s: int
+    act: str | None = None
+    fc2: str | None = None
+    gate: str | None = None
+
+
+@dataclass
+class _Head:
+    """The classifier's first Linear layer's output, activated: its second Linear layer comes next (D49)."""
+
+    x: _Tensor
+    act: str
 
 
 @dataclass(frozen=True)
@@ -159,7 +181,8 @@ class TracedSpace:
     model: str = ""
 
 
-_ACTIVATIONS = {"ReLU": "relu", "ReLU6": "relu6"}
+_ACTIVATIONS = {"ReLU": "relu", "ReLU6": "relu6", "Hardswish": "hardswish", "SiLU": "silu"}
+_GATES = {"Sigmoid": "sigmoid", "Hardsigmoid": "hardsigmoid"}
 
 
 class _Reader:
@@ -174,7 +197,6 @@ class _Reader:
         self.edges: list[_Edge] = []
         self.vals: dict[Any, Any] = {}
         self.closed: dict[int, _Tensor] = {}  # an open unit or sum, by id, once its edge is made
-        self.act: str | None = None
 
     # ---- groups --------------------------------------------------------------------------------
     def group(self, c: int) -> int:
@@ -210,13 +232,16 @@ class _Reader:
     def close_unit(self, u: _Unit) -> _Tensor:
         if u.bn is None:
             raise _no_norm(u)
-        self.activation(u.act, u.where)
-        if u.depthwise:
-            if u.act is None or u.pool:
-                raise TraceError(f"{u.where}: a depthwise convolution {'with a max-pool' if u.pool else 'without an activation'}; "
-                                 f"the registered depthwise kind ('dw') is conv + BN + activation. Register a kind "
-                                 f"(docs/extending.md)")
-            kind, dst = "dw", u.x.group
+        if u.groups > 1:
+            if u.pool:
+                raise TraceError(f"{u.where}: a {'depthwise' if u.groups == u.c_out else 'grouped'} convolution with a "
+                                 f"max-pool; register a kind (docs/extending.md)")
+            if u.act is None:
+                raise TraceError(f"{u.where}: a {'depthwise' if u.groups == u.c_out else 'grouped'} convolution "
+                                 f"without an activation; the registered kinds ('dw', 'gconv') are conv + BN + "
+                                 f"activation. Register a kind (docs/extending.md)")
+            kind = "dw" if u.groups == u.c_out else f"gconv:{u.c_out // u.groups}"
+            dst = u.x.group
         else:
             if u.pool and u.act is None:
                 raise TraceError(f"{u.where}: a max-pool after a convolution without activation; register a kind "
@@ -225,7 +250,7 @@ class _Reader:
             dst = self.group(u.c_out)
         mods = {"conv": u.conv, "bn": u.bn}
         return self.edge(_Edge(kind, u.x.group, dst, u.x.hw, u.stride, u.kernel, (u.x.edge,), mods, u.where,
-                               self.owner(u.conv)))
+                               self.owner(u.conv), u.act))
 
     def owner(self, path: str) -> str:
         """The module a layer at `path` belongs to: its nearest ancestor that is not an `nn.Sequential` ("" the root)."""
@@ -238,34 +263,27 @@ class _Reader:
 
     def close_sum(self, s: _Sum) -> _Tensor:
         a, b = s.xs
-        if self.act == "relu6" and s.act is not None:
-            raise TraceError(f"{s.where}: a residual sum with an activation after it, in a network of relu6 units; "
-                             f"the registered sums are ReLU'd in a ReLU network ('add', ResNet) or not at all ('sum', "
-                             f"MobileNet-v2, MNASNet). Register a kind (docs/extending.md)")
-        # 'add' is ReLU'd in a ReLU network and not in a ReLU6 one; 'sum' never is
-        kind = "sum" if s.act is None and self.act != "relu6" else "add"
         if a.hw != b.hw or self.width[self.root(a.group)] != self.width[self.root(b.group)]:
             raise TraceError(f"{s.where}: a sum of tensors of different shapes")
         g = self.tie(a.group, b.group)
         if g == self.root(0):
             raise TraceError(f"{s.where}: a residual sum with the network's input; the input's channels are fixed")
-        return self.edge(_Edge(kind, g, g, a.hw, 1, 1, (a.edge, b.edge), {}, s.where))
+        return self.edge(_Edge("add", g, g, a.hw, 1, 1, (a.edge, b.edge), {}, s.where, act=s.act))
+
+    def close_excitation(self, q: _Squeeze, x: Any, n: Any) -> _Tensor:
+        """x · gate: the product that ends a squeeze-and-excitation of x."""
+        t = self.close(x, n)
+        if q.gate is None or t.edge != q.x.edge:
+            raise TraceError(f"{_where(n)}: a channel-wise product other than a squeeze-and-excitation of its own "
+                             f"input (pool, 1×1 conv, activation, 1×1 conv, sigmoid gate); register a kind for it "
+                             f"(docs/extending.md)")
+        return self.edge(_Edge(f"se:{q.s}:{q.act}:{q.gate}", t.group, t.group, t.hw, 1, 1, (t.edge,),
+                               {"fc1": q.fc1, "fc2": q.fc2}, _where(n), self.owner(q.fc1)))
 
     def edge(self, e: _Edge) -> _Tensor:
-        from .kinds import kind_of
-
         self.edges.append(e)
         hw = kind_of(e.kind).out_hw(Theta(e.hw[0], e.hw[1], e.stride, e.kernel, e.kind))
         return _Tensor(e.dst, hw, len(self.edges) - 1)
-
-    def activation(self, act: str | None, where: str) -> None:
-        if act is None:
-            return
-        if self.act is None:
-            self.act = act
-        elif act != self.act:
-            raise TraceError(f"{where}: a {act} activation in a network of {self.act} units; a space has one "
-                             f"activation (register a kind for another, docs/extending.md)")
 
     # ---- operators -----------------------------------------------------------------------------
     def read(self) -> tuple[_Tensor, Any]:
@@ -286,7 +304,7 @@ class _Reader:
             else:
                 self.vals[n] = self.node(n)
         res = self.vals.get(out.args[0]) if out is not None and not isinstance(out.args[0], (tuple, list)) else None
-        if not isinstance(res, _Tensor) or res.edge < 0 or self.edges[res.edge].kind != "linear":
+        if not isinstance(res, _Tensor) or res.edge < 0 or not self.edges[res.edge].kind.startswith("linear"):
             raise TraceError("the module's output is not the logits of a final Linear layer after a global average "
                              "pool; aows searches classifiers of one output")
         return res, out
@@ -301,8 +319,10 @@ class _Reader:
                 return self.conv(n, m)
             if isinstance(m, nn.BatchNorm2d):
                 return self.bn(n)
-            if type(m).__name__ in _ACTIVATIONS and type(m) in (nn.ReLU, nn.ReLU6):
+            if type(m) in (nn.ReLU, nn.ReLU6, nn.Hardswish, nn.SiLU):
                 return self.act_of(n, _ACTIVATIONS[type(m).__name__])
+            if type(m) in (nn.Sigmoid, nn.Hardsigmoid):
+                return self.gate(n, _GATES[type(m).__name__])
             if isinstance(m, nn.MaxPool2d):
                 return self.pool(n, m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode)
             if isinstance(m, nn.AdaptiveAvgPool2d):
@@ -332,10 +352,16 @@ class _Reader:
             if a is None or b is None:
                 raise TraceError(f"{_where(n)}: adds a constant to a tensor; aows's kinds add two tensors only")
             return _Sum((self.close(a, n), self.close(b, n)), where=_where(n))
-        if f in (F.relu, torch.relu, "relu", "relu_"):
-            return self.act_of(n, "relu")
-        if f is F.relu6:
-            return self.act_of(n, "relu6")
+        acts = {F.relu: "relu", torch.relu: "relu", "relu": "relu", "relu_": "relu", F.relu6: "relu6",
+                F.hardswish: "hardswish", F.silu: "silu", torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid",
+                "sigmoid": "sigmoid", F.hardsigmoid: "hardsigmoid"}
+        act = acts.get(f)
+        if act is not None:
+            return self.gate(n, act) if act in _GATES.values() else self.act_of(n, act)
+        if f in (operator.mul, operator.imul, torch.mul, "mul", "mul_"):
+            return self.product(n)
+        if getattr(f, "__name__", "") == "stochastic_depth":  # torchvision's drop path: the identity in eval
+            return self.arg(n, 0, keep_open=True)
         if f in (F.adaptive_avg_pool2d,):
             return self.global_pool(n, args[1] if len(args) > 1 else n.kwargs.get("output_size"))
         if f in (torch.mean, "mean"):
@@ -361,26 +387,60 @@ class _Reader:
                          f"and the classifier. Keep the module that calls it out of the searched network, or register "
                          f"a kind for it (docs/extending.md)")
 
+    def product(self, n: Any) -> _Tensor:
+        """x · gate, a squeeze-and-excitation's end; any other product is refused."""
+        a, b = (self.vals.get(x) for x in n.args) if len(n.args) == 2 else (None, None)
+        if n.kwargs or a is None or b is None:
+            raise TraceError(f"{_where(n)}: a product other than of two traced tensors; register a kind for it "
+                             f"(docs/extending.md)")
+        q, x = (a, b) if isinstance(a, _Squeeze) else (b, a)
+        if not isinstance(q, _Squeeze):
+            raise TraceError(f"{_where(n)}: a product of two feature maps; aows's kinds multiply a tensor by its own "
+                             f"squeeze-and-excitation gate only (register a kind, docs/extending.md)")
+        return self.close_excitation(q, x, n)
+
     def arg(self, n: Any, i: int, keep_open: bool = False) -> Any:
         v = self.vals.get(n.args[i])
         if v is None:
             raise TraceError(f"{_where(n)}: reads a value that is not a traced tensor")
         return v if keep_open else self.close(v, n)
 
-    def conv(self, n: Any, m: Any) -> _Unit:
-        x = self.arg(n, 0)
+    def conv(self, n: Any, m: Any) -> Any:
         k, s, p, d = m.kernel_size, m.stride, m.padding, m.dilation
         where = _where(n)
+        v = self.vals.get(n.args[0])
+        if isinstance(v, (_Pooled, _Squeeze)):
+            return self.squeeze(n, m, v)
+        x = self.arg(n, 0)
         if k[0] != k[1] or s[0] != s[1] or d != (1, 1) or p != (k[0] // 2, k[1] // 2) or m.padding_mode != "zeros":
             raise TraceError(f"{where}: Conv2d(kernel {k}, stride {s}, padding {p}, dilation {d}, "
                              f"{m.padding_mode}); the registered kinds run square convolutions padded by k // 2 with "
                              f"zeros and dilation 1. Register a kind (docs/extending.md)")
-        depthwise = m.groups > 1
-        if depthwise and not (m.groups == m.in_channels == m.out_channels):
-            raise TraceError(f"{where}: a grouped convolution ({m.groups} groups of {m.in_channels} → "
-                             f"{m.out_channels} channels); the registered kinds run dense and depthwise convolutions. "
-                             f"Register a kind (docs/extending.md)")
-        return _Unit(x, n.target, m.out_channels, k[0], s[0], depthwise, where=where)
+        if m.groups > 1 and m.in_channels != m.out_channels:
+            raise TraceError(f"{where}: a grouped convolution of {m.in_channels} → {m.out_channels} channels "
+                             f"({m.groups} groups); the registered kinds run grouped convolutions of one width "
+                             f"('dw', 'gconv'). Register a kind (docs/extending.md)")
+        return _Unit(x, n.target, m.out_channels, k[0], s[0], m.groups, where=where)
+
+    def squeeze(self, n: Any, m: Any, v: Any) -> _Squeeze:
+        """A 1×1 convolution with bias on pooled features: a squeeze-and-excitation's fc1 or fc2."""
+        ok = m.kernel_size == (1, 1) and m.groups == 1 and m.bias is not None
+        if ok and isinstance(v, _Pooled):
+            return _Squeeze(v.x, n.target, m.out_channels)
+        if ok and v.act is not None and v.fc2 is None and m.out_channels == self.width[self.root(v.x.group)]:
+            v.fc2 = n.target
+            return v
+        raise TraceError(f"{_where(n)}: a convolution of globally pooled features other than a squeeze-and-"
+                         f"excitation's (1×1 with bias: pool, fc1, activation, fc2 back to the input's width, gate); "
+                         f"register a kind for it (docs/extending.md)")
+
+    def gate(self, n: Any, gate: str) -> _Squeeze:
+        v = self.open_value(n)
+        if not isinstance(v, _Squeeze) or v.fc2 is None or v.gate is not None:
+            raise TraceError(f"{_where(n)}: a {gate} that does not gate a squeeze-and-excitation; register a kind "
+                             f"for it (docs/extending.md)")
+        v.gate = gate
+        return v
 
     def open_value(self, n: Any) -> Any:
         """The value node n continues (a unit or a sum), refused once another operator has read it."""
@@ -406,9 +466,13 @@ class _Reader:
             v.act = act
             return v
         if isinstance(v, _Sum) and v.act is None:
-            self.activation(act, _where(n))
             v.act = act
             return v
+        if isinstance(v, _Squeeze) and v.act is None and v.fc2 is None:
+            v.act = act
+            return v
+        if isinstance(v, _Tensor) and v.edge >= 0 and self.edges[v.edge].kind == "linear":
+            return _Head(v, act)
         raise TraceError(f"{_where(n)}: a {act} that follows neither a convolution with its BatchNorm nor a residual "
                          f"sum; register a kind for it (docs/extending.md)")
 
@@ -438,14 +502,28 @@ class _Reader:
 
     def linear(self, n: Any, path: str, m: Any) -> _Tensor:
         v = self.vals.get(n.args[0])
+        if isinstance(v, _Head) and m.bias is not None:
+            return self.head(n, path, m, v)
         if not isinstance(v, _Pooled) or m.bias is None:
             raise TraceError(f"{_where(n)}: a Linear layer {'without a bias' if isinstance(v, _Pooled) else 'that does not read the globally pooled features'}; "
                              f"the classifier kind is global average pool, then Linear with bias")
-        if any(e.kind == "linear" for e in self.edges):
-            raise TraceError(f"{_where(n)}: a second Linear layer; the classifier kind is one Linear layer")
+        if any(e.kind.startswith("linear") for e in self.edges):
+            raise TraceError(f"{_where(n)}: a second Linear layer; the classifier kind is one Linear layer, or two "
+                             f"with an activation between them")
         x = v.x
         return self.edge(_Edge("linear", x.group, self.group(m.out_features), x.hw, 1, 1, (x.edge,),
                                {"linear": path}, _where(n)))
+
+
+    def head(self, n: Any, path: str, m: Any, v: "_Head") -> _Tensor:
+        """The classifier's second Linear layer after its first and an activation: `linear:<hidden>:<act>` (D49)."""
+        e = self.edges[v.x.edge]
+        if "linear" not in e.modules:
+            raise TraceError(f"{_where(n)}: a third Linear layer; the classifier kind has at most two")
+        hidden = self.width[e.dst]
+        e.kind, e.modules = f"linear:{hidden}:{v.act}", {"hidden": e.modules["linear"], "out": path}
+        e.dst = self.group(m.out_features)
+        return _Tensor(e.dst, v.x.hw, v.x.edge)
 
 
 def _no_norm(u: _Unit) -> TraceError:
@@ -513,7 +591,7 @@ def _blocks(edges: list[_Edge]) -> list[tuple[list[int], int, int]]:
         prev = out[-1][0] if out and out[-1][2] < 0 else None
         # layers of one module (MobileNet-v2's block without its sum) run as one block, and so does a depthwise layer
         # with the layer after it (its width is its input's: no block of its own writes it)
-        joins = prev is not None and e.kind != "linear" and (
+        joins = prev is not None and not e.kind.startswith("linear") and (
             edges[prev[-1]].owner == e.owner != "" or edges[prev[-1]].src == edges[prev[-1]].dst)
         if joins:
             prev.append(i)
@@ -531,6 +609,7 @@ def trace_space(model: Any, input_shape: Sequence[int], name: str = "traced", *,
     reader = _Reader(_graph(model, input_shape), model, int(input_shape[0]))
     reader.read()
     edges = reader.edges
+    act = _name_kinds(edges)
     blocks = _blocks(edges)
     order = [e for main, sc, add in blocks for e in (*main, *(x for x in (sc, add) if x >= 0))]
     renum = {old: new for new, old in enumerate(order)}
@@ -539,29 +618,50 @@ def trace_space(model: Any, input_shape: Sequence[int], name: str = "traced", *,
     fixed_groups = _fixed_groups(fixed, edges, roots)
     mults = np.linspace(min_mult, 1.0, n_choices)
     choices: list[tuple[int, ...]] = [()] * len(node_of)
+    step = {g: divisor for g in node_of}
+    for e in edges:  # a grouped convolution's node moves in whole groups
+        step[roots[e.src]] = math.lcm(step[roots[e.src]], kind_of(e.kind).group_width())
     for g, i in node_of.items():
         b = reader.width[g]
-        choices[i] = (b,) if i in (0, len(node_of) - 1) or g in fixed_groups else traced_choices(b, mults, divisor)
+        choices[i] = (b,) if i in (0, len(node_of) - 1) or g in fixed_groups else traced_choices(b, mults, step[g])
     space_edges = [(node_of[roots[edges[i].src]], node_of[roots[edges[i].dst]]) for i in order]
     space_blocks = []
     for main, sc, add in blocks:
         src, dst = space_edges[renum[main[0]]][0], space_edges[renum[add if add >= 0 else main[-1]]][1]
         inner = next((space_edges[renum[j]][1] for j in main[:-1] if space_edges[renum[j]][1] not in (src, dst)), -1)
         kind = "-".join(edges[j].kind for j in main) if add < 0 else "residual"
-        space_blocks.append(Block("classifier" if kind == "linear" else kind, src, dst, inner,
+        space_blocks.append(Block("classifier" if kind.startswith("linear") else kind, src, dst, inner,
                                   math.prod(edges[j].stride for j in main), tuple(renum[j] for j in main),
                                   renum[sc] if sc >= 0 else -1, renum[add] if add >= 0 else -1))
     base = tuple(reader.width[g] for g, i in sorted(node_of.items(), key=lambda kv: kv[1]))[1:]
     thetas = tuple(Theta(edges[i].hw[0], edges[i].hw[1], edges[i].stride, edges[i].kernel, edges[i].kind)
                    for i in order)
-    space = SearchSpace(name, tuple(choices), thetas, base, tuple(space_edges), tuple(space_blocks),
-                        reader.act or "relu")
+    space = SearchSpace(name, tuple(choices), thetas, base, tuple(space_edges), tuple(space_blocks), act)
     try:
         check_blocks(space)
     except ValueError as e:
         raise TraceError(f"the traced layers do not run as blocks in sequence ({e}); aows's networks run each block "
                          f"on the previous block's output") from None
     return TracedSpace(space, tuple(dict(edges[i].modules) for i in order), model_name)
+
+
+def _name_kinds(edges: list[_Edge]) -> str:
+    """The space's activation (the one most of its units run, ReLU or ReLU6) and each edge's kind name under it:
+    a unit of another activation names it (`conv:hardswish`, D49); a sum is `add` where the space's activation
+    follows it in a ReLU network or nothing does in a ReLU6 one (D44), `sum` where nothing does in a ReLU one (D48)."""
+    acts = [e.act for e in edges if e.kind != "add"]
+    act = "relu6" if acts.count("relu6") > acts.count("relu") else "relu"
+    for e in edges:
+        if e.kind != "add":
+            if e.act is not None and e.act != act:
+                e.kind = f"{e.kind}:{e.act}"
+        elif e.act is None:
+            e.kind = "add" if act == "relu6" else "sum"
+        elif e.act != "relu" or act != "relu":
+            raise TraceError(f"{e.where}: a residual sum with a {e.act} after it, in a network of {act} units; the "
+                             f"registered sums are ReLU'd in a ReLU network ('add', ResNet) or not at all ('sum', "
+                             f"MNASNet). Register a kind (docs/extending.md)")
+    return act
 
 
 def _graph(model: Any, input_shape: Sequence[int]) -> Any:
@@ -588,7 +688,7 @@ def _graph(model: Any, input_shape: Sequence[int]) -> Any:
 
 def _nodes(edges: list[_Edge], order: list[int], roots: list[int]) -> dict[int, int]:
     """Each group's node: the input 0, then in order of first use by the layers in `order`, the classes last."""
-    if edges[order[-1]].kind != "linear":
+    if not edges[order[-1]].kind.startswith("linear"):
         raise TraceError("the classifier is not the network's last layer")
     classes = roots[edges[order[-1]].dst]
     node_of: dict[int, int] = {roots[0]: 0}
@@ -616,7 +716,7 @@ def _fixed_groups(fixed: Sequence[str], edges: list[_Edge], roots: list[int]) ->
     for name in fixed:
         hit = [e for e in edges if any(p == name or p.startswith(name + ".") for p in e.modules.values())]
         if not hit:
-            paths = [e.modules.get("conv") or e.modules["linear"] for e in edges if e.modules]
+            paths = [next(iter(e.modules.values())) for e in edges if e.modules]
             raise TraceError(f"space.fixed names {name!r}, which is no traced layer's module; traced modules: "
                              f"{', '.join(paths[:12])}{' …' if len(paths) > 12 else ''}")
         out.update(roots[e.dst] for e in hit)
@@ -625,7 +725,8 @@ def _fixed_groups(fixed: Sequence[str], edges: list[_Edge], roots: list[int]) ->
 
 def trained_state(traced: TracedSpace, model: Any) -> dict[str, Any]:
     """The model's weights under the fixed network's parameter names at the traced widths (`space.base_config`):
-    `layers.{e}.conv.weight`, `layers.{e}.bn.*`, `classifier.*` (a convolution's own bias folded into its BN's mean)."""
+    each module an edge was read from under its role in the edge's module (`layers.{e}.conv.*`, `layers.{e}.bn.*`,
+    `layers.{e}.fc1.*`, the classifier's Linear as `classifier.*`), a convolution's own bias folded into its BN's mean."""
     import torch
 
     state = model.state_dict()
@@ -633,20 +734,14 @@ def trained_state(traced: TracedSpace, model: Any) -> dict[str, Any]:
     last = traced.space.n_edges - 1
     for e, mods in enumerate(traced.modules):
         prefix = "classifier" if e == last else f"layers.{e}"
-        if "linear" in mods:
-            out[f"{prefix}.weight"] = state[f"{mods['linear']}.weight"].detach().clone()
-            out[f"{prefix}.bias"] = state[f"{mods['linear']}.bias"].detach().clone()
-            continue
-        if not mods:
-            continue
-        conv, bn = mods["conv"], mods["bn"]
-        out[f"{prefix}.conv.weight"] = state[f"{conv}.weight"].detach().clone()
-        for k in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked"):
-            if f"{bn}.{k}" in state:
-                out[f"{prefix}.bn.{k}"] = state[f"{bn}.{k}"].detach().clone()
-        bias = state.get(f"{conv}.bias")
-        if bias is not None:
-            out[f"{prefix}.bn.running_mean"] = out[f"{prefix}.bn.running_mean"] - bias.detach().to(torch.float32)
+        for role, path in mods.items():
+            to = prefix if role == "linear" else f"{prefix}.{role}"
+            for k, v in state.items():
+                if k.startswith(f"{path}.") and "." not in k[len(path) + 1:]:
+                    out[f"{to}.{k[len(path) + 1:]}"] = v.detach().clone()
+        bias = out.pop(f"{prefix}.conv.bias", None)
+        if bias is not None and f"{prefix}.bn.running_mean" in out:
+            out[f"{prefix}.bn.running_mean"] = out[f"{prefix}.bn.running_mean"] - bias.to(torch.float32)
     return out
 
 
@@ -691,10 +786,21 @@ def channel_importance(space: SearchSpace, state: Mapping[str, Any], node: int) 
     return score
 
 
+def node_group_width(space: SearchSpace, node: int) -> int:
+    """The channels of `node` that move together: the least common multiple of its layers' group widths (D49)."""
+    from .kinds import kind_of
+
+    return math.lcm(1, *(kind_of(t.kind).group_width() for t, (s, d) in zip(space.thetas, space.edges)
+                         if node in (s, d)))
+
+
 def ordered_state(space: SearchSpace, state: Mapping[str, Any], importance: str = "bn") -> dict[str, Any]:
     """`state` (the widest network's, `trained_state`) with each node's channels ordered by `channel_importance`
-    ("bn"; "none" keeps them), most important first, so that a width's front slice keeps the strongest channels; the network computes the same
-    function (every layer writing a node permutes its outputs, every layer reading it its inputs)."""
+    ("bn"; "none" keeps them), most important first, so that a width's front slice keeps the strongest channels
+    (grouped convolutions' groups whole, by their summed score); the network computes the same function (every layer
+    writing a node permutes its outputs, every layer reading it its inputs: the kind names the keys)."""
+    import torch
+
     if importance not in IMPORTANCE:
         raise ValueError(f"space.importance {importance!r}: expected one of {IMPORTANCE}")
     out = {k: v.clone() for k, v in state.items()}
@@ -702,16 +808,20 @@ def ordered_state(space: SearchSpace, state: Mapping[str, Any], importance: str 
         return out
     last = space.n_edges - 1
     for node in range(1, space.n_nodes - 1):
-        perm = channel_importance(space, state, node).argsort(descending=True, stable=True)
+        g = node_group_width(space, node)
+        score = channel_importance(space, state, node)
+        groups = score.view(-1, g).sum(1).argsort(descending=True, stable=True)
+        perm = (groups[:, None] * g + torch.arange(g)[None, :]).flatten()
         for e, (s, d) in enumerate(space.edges):
+            kind = kind_of(space.thetas[e].kind)
             prefix = "classifier" if e == last else f"layers.{e}"
-            w = f"{prefix}.weight" if e == last else f"{prefix}.conv.weight"
-            if w not in out:
-                continue  # a sum: no parameters
-            if d == node and e != last:
-                out[w] = out[w][perm]
-                for k in ("weight", "bias", "running_mean", "running_var"):
-                    out[f"{prefix}.bn.{k}"] = out[f"{prefix}.bn.{k}"][perm]
-            if s == node and s != d:
-                out[w] = out[w][:, perm]
+            if d == node:
+                for k in kind.writes(prefix):
+                    if k in out:
+                        out[k] = out[k][perm]
+            if s == node:
+                for k in kind.reads(prefix):
+                    if k in out:
+                        out[k] = out[k][:, perm]
     return out
+

@@ -13,8 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Sequence
 
-# Activations a space may name (`SearchSpace.act`).
+# Activations a space may name (`SearchSpace.act`): the one its units' normalisation fuses.
 ACTIVATIONS = ("relu", "relu6")
+# Activations a unit may name as its kind's parameter (`conv:hardswish`, D49): each maps 0 to 0, so that a masked
+# channel stays zero (§5).
+UNIT_ACTIVATIONS = ("relu", "relu6", "hardswish", "silu")
+# Gates of a squeeze-and-excitation product (`se`).
+GATES = ("sigmoid", "hardsigmoid")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,26 @@ class LayerKind:
     classifier: ClassVar[bool] = False
     # The synthetic device's cost family (ms per MMAC and per layer), one of devices.synthetic.COST_FAMILIES.
     cost_family: ClassVar[str] = "conv"
+
+    # ---- parameters (D49) -------------------------------------------------------------------------
+    def variant(self, args: Sequence[str]) -> "LayerKind":
+        """The kind `name:arg1:arg2…` (a unit's own activation, a group width, …): a kind taking parameters
+        overrides this and returns a configured copy."""
+        raise ValueError(f"layer kind {self.name!r} takes no parameters, got {':'.join(args)!r}")
+
+    # ---- trained weights (D48) ----------------------------------------------------------------------
+    def writes(self, prefix: str) -> tuple[str, ...]:
+        """State keys of the edge's module (at `prefix`) whose first dimension indexes its output node's channels."""
+        return tuple(f"{prefix}.{k}" for k in ("conv.weight", "bn.weight", "bn.bias", "bn.running_mean",
+                                                "bn.running_var"))
+
+    def reads(self, prefix: str) -> tuple[str, ...]:
+        """State keys whose second dimension indexes its input node's channels."""
+        return () if self.one_width else (f"{prefix}.conv.weight",)
+
+    def group_width(self) -> int:
+        """Channels that move together: a width of the layer's node is a multiple of it (grouped convolutions)."""
+        return 1
 
     # ---- arithmetic (no torch) --------------------------------------------------------------------
     def variable(self, t: Any, c_in: int, c_out: int) -> tuple:
@@ -104,18 +129,33 @@ def register(cls: type[LayerKind], *, replace: bool = False) -> type[LayerKind]:
         raise ValueError(f"layer kind {cls.name!r} is already registered ({type(old).__name__}); "
                          f"pass replace=True to override it")
     KINDS[cls.name] = cls()
+    for v in [v for v in _VARIANTS if v.split(":")[0] == cls.name]:
+        del _VARIANTS[v]
     return cls
 
 
 def unregister(name: str) -> None:
     """Remove a kind (tests that register their own)."""
     KINDS.pop(name, None)
+    for v in [v for v in _VARIANTS if v.split(":")[0] == name]:
+        del _VARIANTS[v]
+
+
+_VARIANTS: dict[str, LayerKind] = {}
 
 
 def kind_of(name: str) -> LayerKind:
-    """The registered kind `name`; an error naming the registered ones and how to add one."""
-    k = KINDS.get(name)
+    """The registered kind `name`, or its variant `name:args` (`LayerKind.variant`); an error naming the registered
+    ones and how to add one."""
+    k = KINDS.get(name) or _VARIANTS.get(name)
+    if k is not None:
+        return k
+    base, *args = name.split(":")
+    k = KINDS.get(base)
     if k is None:
         raise ValueError(f"unknown layer kind {name!r}; registered kinds: {sorted(KINDS)} (add one with "
                          f"aows_core.kinds.register, docs/extending.md)")
-    return k
+    v = k.variant(args)
+    v.name = name
+    _VARIANTS[name] = v
+    return v

@@ -4,15 +4,29 @@
 - `convpool`: the same followed by a 3×3/2 max-pool (ResNet's stem);
 - `pconv`: k×k conv + BN without activation (a block's projection: the last layer before a residual add);
 - `dw`: depthwise k×k conv + BN + activation on one width (MobileNet-v2's expansion);
-- `dwsep`: depthwise k×k + BN + activation, then pointwise 1×1 + BN + activation (a MobileNet-v1 layer).
-A depthwise unit is normalised (and masked) as its input node (D10).
+- `dwsep`: depthwise k×k + BN + activation, then pointwise 1×1 + BN + activation (a MobileNet-v1 layer);
+- `gconv:<g>`: grouped k×k conv + BN + activation on one width c, in groups of g channels (c / g groups: a narrower
+  width keeps the group width and runs fewer groups; ResNeXt, RegNet; D49).
+A depthwise or grouped unit is normalised (and masked) as its input node (D10). An activated unit names its own
+activation as a parameter, `conv:hardswish`, `dw:silu`, `gconv:16:relu6` (D49); without one it runs the space's.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Sequence
 
-from .base import ConvShape, LayerKind, Pass, register
+from .base import UNIT_ACTIVATIONS, ConvShape, LayerKind, Pass, register
+
+
+def _with_act(kind: LayerKind, args: Sequence[str]) -> LayerKind:
+    """`kind` with its own activation `args[0]` (D49)."""
+    if len(args) != 1 or args[0] not in UNIT_ACTIVATIONS:
+        raise ValueError(f"layer kind {kind.name!r} takes one parameter, the unit's activation (one of "
+                         f"{UNIT_ACTIVATIONS}), got {':'.join(args)!r}")
+    v = copy.copy(kind)
+    v.act = args[0]
+    return v
 
 
 def _conv_hw(t: Any) -> tuple[int, int]:
@@ -27,6 +41,12 @@ class Conv(LayerKind):
     name = "conv"
     activated = True
     pooled = False
+    act: str | None = None  # the unit's own activation (D49); None: the space's
+
+    def variant(self, args: Sequence[str]) -> LayerKind:
+        if not self.activated:
+            return super().variant(args)
+        return _with_act(self, args)
 
     def macs(self, t: Any, c_in: int, c_out: int) -> int:
         ho, wo = _conv_hw(t)  # a convpool's convolution, before its max-pool
@@ -43,17 +63,17 @@ class Conv(LayerKind):
                device: Any = None) -> Any:
         from .units import Unit
 
-        return Unit(ConvShape(c_in, c_out, t.kernel, t.stride), norm, act if self.activated else None, self.pooled,
-                    device)
+        return Unit(ConvShape(c_in, c_out, t.kernel, t.stride), norm, (self.act or act) if self.activated else None,
+                    self.pooled, device)
 
     def forward(self, mod: Any, xs: Sequence[Any], src: int, dst: int, p: Pass) -> Any:
         from .units import unit_forward
 
-        return unit_forward(mod, xs[0], p.width(dst), 1, dst, p)
+        return unit_forward(mod, xs[0], p.width(dst), 1, dst, p, self.act)
 
     def onnx(self, g: Any, t: Any, xs: Sequence[str], out: str, path: str, c_in: int, c_out: int) -> None:
-        g.conv_unit(xs[0], out, path, ConvShape(c_in, c_out, t.kernel, t.stride), act=self.activated,
-                    pool=self.pooled)
+        g.conv_unit(xs[0], out, path, ConvShape(c_in, c_out, t.kernel, t.stride),
+                    act=(self.act or True) if self.activated else False, pool=self.pooled)
 
 
 @register
@@ -83,6 +103,10 @@ class Depthwise(LayerKind):
     name = "dw"
     one_width = True
     cost_family = "dwsep"
+    act: str | None = None
+
+    def variant(self, args: Sequence[str]) -> LayerKind:
+        return _with_act(self, args)
 
     def macs(self, t: Any, c_in: int, c_out: int) -> int:
         ho, wo = self.out_hw(t)
@@ -99,15 +123,69 @@ class Depthwise(LayerKind):
                device: Any = None) -> Any:
         from .units import Unit
 
-        return Unit(ConvShape(c_in, c_in, t.kernel, t.stride, c_in), norm, act, device=device)
+        return Unit(ConvShape(c_in, c_in, t.kernel, t.stride, c_in), norm, self.act or act, device=device)
 
     def forward(self, mod: Any, xs: Sequence[Any], src: int, dst: int, p: Pass) -> Any:
         from .units import unit_forward
 
-        return unit_forward(mod, xs[0], p.width(src), p.width(src), src, p)
+        return unit_forward(mod, xs[0], p.width(src), p.width(src), src, p, self.act)
 
     def onnx(self, g: Any, t: Any, xs: Sequence[str], out: str, path: str, c_in: int, c_out: int) -> None:
-        g.conv_unit(xs[0], out, path, ConvShape(c_in, c_in, t.kernel, t.stride, c_in))
+        g.conv_unit(xs[0], out, path, ConvShape(c_in, c_in, t.kernel, t.stride, c_in), act=self.act or True)
+
+
+@register
+class GroupedConv(LayerKind):
+    """Grouped k×k conv + BN + activation on one width c, in groups of `g` channels: `gconv:<g>[:<activation>]`."""
+
+    name = "gconv"
+    one_width = True
+    act: str | None = None
+    g: int = 0
+
+    def variant(self, args: Sequence[str]) -> LayerKind:
+        if not args or not args[0].isdigit() or int(args[0]) < 1 or len(args) > 2:
+            raise ValueError(f"layer kind 'gconv' takes the group width and optionally the unit's activation "
+                             f"('gconv:16', 'gconv:16:silu'), got {':'.join(args)!r}")
+        v = _with_act(self, args[1:]) if len(args) == 2 else copy.copy(self)
+        v.g = int(args[0])
+        return v
+
+    def group_width(self) -> int:
+        return self.g
+
+    def _groups(self, c: int) -> int:
+        if self.g < 1 or c % self.g:
+            raise ValueError(f"layer kind {self.name!r}: width {c} is not a multiple of the group width {self.g}")
+        return c // self.g
+
+    def macs(self, t: Any, c_in: int, c_out: int) -> int:
+        ho, wo = self.out_hw(t)
+        return c_out * self.g * t.kernel * t.kernel * ho * wo
+
+    def params(self, t: Any, c_in: int, c_out: int) -> int:
+        return c_out * self.g * t.kernel * t.kernel + 2 * c_out
+
+    def moved(self, t: Any, c_in: int, c_out: int) -> int:
+        ho, wo = self.out_hw(t)
+        return c_in * t.in_h * t.in_w + c_out * ho * wo + c_out * self.g * t.kernel * t.kernel
+
+    def module(self, t: Any, c_in: int, c_out: int, *, norm: Callable[[int], Any] | None, act: str,
+               device: Any = None) -> Any:
+        from .units import Unit
+
+        return Unit(ConvShape(c_in, c_in, t.kernel, t.stride, self._groups(c_in)), norm, self.act or act,
+                    device=device)
+
+    def forward(self, mod: Any, xs: Sequence[Any], src: int, dst: int, p: Pass) -> Any:
+        from .units import unit_forward
+
+        c = p.width(src)
+        return unit_forward(mod, xs[0], c, self._groups(c), src, p, self.act)
+
+    def onnx(self, g: Any, t: Any, xs: Sequence[str], out: str, path: str, c_in: int, c_out: int) -> None:
+        g.conv_unit(xs[0], out, path, ConvShape(c_in, c_in, t.kernel, t.stride, self._groups(c_in)),
+                    act=self.act or True)
 
 
 @register

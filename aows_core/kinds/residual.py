@@ -31,6 +31,9 @@ class ResidualAdd(LayerKind):
         ho, wo = self.out_hw(t)
         return 3 * c_out * ho * wo  # two operands read, one written
 
+    def writes(self, prefix: str) -> tuple[str, ...]:
+        return ()
+
     def module(self, t: Any, c_in: int, c_out: int, *, norm: Callable[[int], Any] | None, act: str,
                device: Any = None) -> Any:
         from .units import Add

@@ -14,7 +14,9 @@ from torch import nn
 
 from .base import ConvShape, Pass
 
-ACTIVATION_MODULES: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "relu6": nn.ReLU6}
+ACTIVATION_MODULES: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish,
+                                                  "silu": nn.SiLU, "sigmoid": nn.Sigmoid,
+                                                  "hardsigmoid": nn.Hardsigmoid}
 
 
 class Unit(nn.Sequential):
@@ -37,12 +39,49 @@ class Unit(nn.Sequential):
                 self.add_module(name, m)
 
 
-def unit_forward(u: Unit, x: torch.Tensor, c_out: int, groups: int, node: int, p: Pass) -> torch.Tensor:
-    """Unit u on x up to c_out output channels (depthwise: groups = c_out), normalised by the pass as node `node`."""
+ACTIVATION_FUNCTIONS = {"relu": F.relu, "relu6": F.relu6, "hardswish": F.hardswish, "silu": F.silu,
+                        "sigmoid": torch.sigmoid, "hardsigmoid": F.hardsigmoid}
+
+
+def unit_forward(u: Unit, x: torch.Tensor, c_out: int, groups: int, node: int, p: Pass,
+                 own_act: str | None = None) -> torch.Tensor:
+    """Unit u on x up to c_out output channels (grouped: `groups` groups, depthwise: groups = c_out), normalised by
+    the pass as node `node`; its activation the space's, fused into the normalisation, or `own_act` (a unit of its
+    own activation, applied after the mask: it maps 0 to 0, D49)."""
     c = u.conv
     w = c.weight[:c_out] if groups > 1 else c.weight[:c_out, : x.shape[1]]
-    z = p.norm(F.conv2d(x, w, None, c.stride, c.padding, c.dilation, groups), u.bn, node, u.act is not None)
+    fused = u.act is not None and own_act is None
+    z = p.norm(F.conv2d(x, w, None, c.stride, c.padding, c.dilation, groups), u.bn, node, fused)
+    if own_act is not None:
+        z = ACTIVATION_FUNCTIONS[own_act](z)
     return z if u.pool is None else u.pool(z)
+
+
+class Excitation(nn.Module):
+    """Squeeze-and-excitation on c channels (`kinds.excitation`): x · gate(fc2(act(fc1(pool(x))))), fc1 and fc2
+    1×1 convolutions with biases through s channels (torchvision's `SqueezeExcitation` names)."""
+
+    def __init__(self, c: int, s: int, act: str, gate: str, device=None):
+        super().__init__()
+        self.fc1 = nn.Conv2d(c, s, 1, device=device)
+        self.fc2 = nn.Conv2d(s, c, 1, device=device)
+        self.act, self.gate = ACTIVATION_FUNCTIONS[act], ACTIVATION_FUNCTIONS[gate]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gate(self.fc2(self.act(self.fc1(x.mean((2, 3), keepdim=True)))))
+
+
+class Head(nn.Module):
+    """A classifier of two linear layers on pooled features: `out`(act(`hidden`(x))) (`kinds.classifier`, D49)."""
+
+    def __init__(self, c: int, hidden: int, classes: int, act: str, device=None):
+        super().__init__()
+        self.hidden = nn.Linear(c, hidden, device=device)
+        self.out = nn.Linear(hidden, classes, device=device)
+        self.act = ACTIVATION_FUNCTIONS[act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.hidden(x)))
 
 
 class Add(nn.Module):

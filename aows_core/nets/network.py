@@ -147,11 +147,12 @@ def folded_state(model: Network) -> dict[str, torch.Tensor]:
     parameter (the classifier's, a registered kind's own) as it is, in float32."""
     state: dict[str, torch.Tensor] = {}
     units = {name: m for name, m in model.named_modules() if isinstance(m, Unit)}
-    for name, m in units.items():
-        state[f"{name}.conv.weight"], state[f"{name}.conv.bias"] = fold_conv_bn(m.conv, m.bn)
-    for name, p in model.named_parameters():
-        if name.rpartition(".")[0].rpartition(".")[0] not in units:
+    for name, p in model.named_parameters():  # in the module's order, which is the graph's
+        unit = name.rpartition(".")[0].rpartition(".")[0]
+        if unit not in units:
             state[name] = p.detach().float().clone()
+        elif f"{unit}.conv.weight" not in state:
+            state[f"{unit}.conv.weight"], state[f"{unit}.conv.bias"] = fold_conv_bn(units[unit].conv, units[unit].bn)
     return state
 
 
@@ -159,7 +160,7 @@ def folded_state(model: Network) -> dict[str, torch.Tensor]:
 def fold(model: Network) -> Network:
     """The deployment form of `model` (BN folded into the convolutions), in eval mode, same outputs as model.eval()."""
     out = Network(model.space, model.channels, bn=False, init=False, device="meta")
-    out = out.to_empty(device=model.classifier.weight.device)
+    out = out.to_empty(device=next(model.classifier.parameters()).device)
     out.load_state_dict(folded_state(model))
     return out.eval()
 

@@ -70,12 +70,24 @@ class GraphBuilder:
         self.params.append((name, tuple(int(s) for s in shape)))
         return name
 
-    def activation(self, z: str, y: str) -> None:
-        """y = the space's activation of z: Relu, or Clip to [0, 6] (bounds from Constant nodes)."""
+    def activation(self, z: str, y: str, act: str | None = None) -> None:
+        """y = activation `act` (the space's if None) of z: Relu, Clip to [0, 6] (bounds from Constant nodes),
+        HardSwish, x·Sigmoid(x) (SiLU), Sigmoid or HardSigmoid (torch's slope 1/6)."""
         from onnx import TensorProto, helper
 
-        if self.act == "relu":
+        act = act or self.act
+        if act == "relu":
             self.node("Relu", [z], [y], name=y)
+            return
+        if act in ("hardswish", "sigmoid"):
+            self.node({"hardswish": "HardSwish", "sigmoid": "Sigmoid"}[act], [z], [y], name=y)
+            return
+        if act == "hardsigmoid":
+            self.node("HardSigmoid", [z], [y], name=y, alpha=1.0 / 6.0, beta=0.5)
+            return
+        if act == "silu":
+            self.node("Sigmoid", [z], [f"{y}.gate"], name=f"{y}.gate")
+            self.node("Mul", [z, f"{y}.gate"], [y], name=y)
             return
         bounds = []
         for bound, v in (("min", 0.0), ("max", 6.0)):
@@ -84,8 +96,10 @@ class GraphBuilder:
             bounds.append(name)
         self.node("Clip", [z, *bounds], [y], name=y)
 
-    def conv_unit(self, x: str, y: str, path: str, shape: ConvShape, *, act: bool = True, pool: bool = False) -> str:
-        """A `kinds.units.Unit` in deployment form (conv with bias, activation, 3×3/2 max-pool) from x to y."""
+    def conv_unit(self, x: str, y: str, path: str, shape: ConvShape, *, act: bool | str = True,
+                  pool: bool = False) -> str:
+        """A `kinds.units.Unit` in deployment form (conv with bias, activation: the space's if True, or the one
+        named, 3×3/2 max-pool) from x to y."""
         k, s, g = shape.k, shape.stride, shape.groups
         w = self.param(f"{path}.conv.weight", (shape.c_out, shape.c_in // g, k, k))
         b = self.param(f"{path}.conv.bias", (shape.c_out,))
@@ -94,7 +108,7 @@ class GraphBuilder:
                   dilations=[1, 1])
         if act:
             a = f"{path}.act" if pool else y
-            self.activation(z, a)
+            self.activation(z, a, act if isinstance(act, str) else None)
             if pool:
                 self.node("MaxPool", [a], [y], name=y, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
         return y

@@ -223,7 +223,7 @@ class Supernet(nn.Module):
 
     def subnet(self, channels: Sequence[int]) -> Network:
         """A fixed-width Network holding this supernet's sliced weights (same device and dtype)."""
-        w = self.classifier.weight
+        w = next(self.classifier.parameters())
         net = Network(self.space, channels, init=False, device="meta").to_empty(device=w.device).to(w.dtype)
         net.load_state_dict(self.subnet_state_dict(channels))
         return net.train(self.training)

@@ -80,6 +80,9 @@ def report(d: dict[str, Any], args: argparse.Namespace) -> None:
             print(f"  layer {n['node'] - 1:2d} ({n['role']}{tied}): {n['choices']}")
         if d["edges"] and "modules" in d["edges"][0]:
             print("  traced layers (edge, kind, node → node, module):")
+            w = max(len(e["kind"]) for e in d["edges"])
             for e in d["edges"]:
                 m = e["modules"]
-                print(f"  {e['edge']:4d} {e['kind']:8s} {e['src']:3d} → {e['dst']:<3d} {m.get('conv') or m.get('linear') or '(sum)'}")
+                where = m.get("conv") or m.get("linear") or next(iter(m.values()), "(sum)").rpartition(".")[0] \
+                    if m else "(sum)"
+                print(f"  {e['edge']:4d} {e['kind']:{w}s} {e['src']:3d} → {e['dst']:<3d} {where}")

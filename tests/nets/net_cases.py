@@ -9,6 +9,7 @@ import torch
 import torchvision
 from torch import nn
 
+from aows_core.kinds.units import Excitation
 from aows_core.space import Stage, build_space, get_space
 from aows_core.tracing import load_model, trace_space
 
@@ -27,9 +28,13 @@ TRACED_USER = trace_space(load_model(str(Path(__file__).parents[1] / "fixtures" 
 # torchvision's MNASNet traced (D48): inverted residuals whose sums a ReLU network leaves unactivated (`sum`).
 TRACED_MNASNET = trace_space(torchvision.models.mnasnet0_5(num_classes=5), (3, 32, 32), "traced_mnasnet",
                              n_choices=3).space
+# The example of one's own network (examples/my_cnn.py, D49): a Hardswish stem, grouped convolutions,
+# squeeze-and-excitation, a SiLU head: units of their own activations beside the space's ReLU.
+TRACED_EXAMPLE = trace_space(load_model(str(Path(__file__).parents[2] / "examples" / "my_cnn.py") + ":my_cnn",
+                                        {"width": 8}), (1, 28, 28), "traced_example", n_choices=4).space
 FAMILIES = {"mobilenet_v1_fmnist": get_space("mobilenet_v1_fmnist"), "mobilenet_v2_fmnist": get_space("mobilenet_v2_fmnist"),
             "resnet_fmnist": get_space("resnet_fmnist"), "tiny_bottleneck": TINY_BOTTLENECK, "traced_user": TRACED_USER,
-            "traced_mnasnet": TRACED_MNASNET}
+            "traced_mnasnet": TRACED_MNASNET, "traced_example": TRACED_EXAMPLE}
 
 
 def random_configs(space, n: int, seed: int = 0) -> list[list[int]]:
@@ -47,7 +52,8 @@ def images(space, n: int, seed: int = 1) -> torch.Tensor:
 
 def randomise(model: nn.Module, seed: int = 0) -> nn.Module:
     """Non-trivial BN running statistics and affine parameters (non-zero shifts: D10), a classifier with O(1) logits;
-    in a "relu6" space BN gains 4× larger, so that ReLU6 saturates (3–12 % of activations above 6). A module of
+    in a "relu6" space BN gains 4× larger, so that ReLU6 saturates (3–12 % of activations above 6); a
+    squeeze-and-excitation's gates open to about 0.9 (D49). A module of
     another kind (a user's, D48) gets its BNs and its convolutions' own biases randomised."""
     g = torch.Generator().manual_seed(seed)
     gain = 4.0 if getattr(model, "space", None) is not None and model.space.act == "relu6" else 1.0
@@ -59,6 +65,8 @@ def randomise(model: nn.Module, seed: int = 0) -> nn.Module:
                 m.running_var.copy_(torch.rand(n, generator=g) * 1.5 + 0.5)
                 m.weight.copy_(gain * (0.5 + 0.5 * torch.rand(n, generator=g)))
                 m.bias.copy_(0.3 * torch.randn(n, generator=g))
+            elif isinstance(m, Excitation):  # gates near 0.9 rather than 0.5, so that logits stay of order 1
+                m.fc2.bias.copy_(2.5 + 0.5 * torch.randn(m.fc2.bias.shape, generator=g))
             elif isinstance(m, nn.Conv2d) and m.bias is not None and getattr(model, "space", None) is None:
                 m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
         if not isinstance(getattr(model, "classifier", None), nn.Linear):

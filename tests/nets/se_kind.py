@@ -1,6 +1,6 @@
 """A squeeze-and-excitation layer as a new layer kind: the ONE file a user writes to add a kind (docs/extending.md).
 
-`se` gates a node's c channels by sigmoid(W₂ ReLU(W₁ avgpool(x) + b₁) + b₂), a fixed squeeze width of SQUEEZE
+`my_se` gates a node's c channels by sigmoid(W₂ ReLU(W₁ avgpool(x) + b₁) + b₂), a fixed squeeze width of SQUEEZE
 channels (Hu et al. 2018). It reads and writes one width (its variable is (Θ, c, c)); it has no BatchNorm. Inside
 the supernet its squeeze reads the first c channels of the pooled input, so a sample masked to c channels (zeros
 beyond) computes exactly the reduced network's gate.
@@ -29,7 +29,7 @@ class SqueezeExcite(nn.Module):
 
 @register
 class SqueezeExciteKind(LayerKind):
-    name = "se"
+    name = "my_se"
     one_width = True
     cost_family = "linear"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-import se_kind  # the one file: importing it registers the `se` kind
+import se_kind  # the one file: importing it registers the `my_se` kind
 import torch
 import torch.nn.functional as F
 from net_cases import images, random_configs, randomise
@@ -29,7 +29,7 @@ def _se_registered():
     """The kind for this module's tests only (registered again after another module's teardown removed it)."""
     register(se_kind.SqueezeExciteKind)
     yield
-    unregister("se")
+    unregister("my_se")
 
 
 def se_space(**overrides) -> SearchSpace:
@@ -46,11 +46,11 @@ def se_space(**overrides) -> SearchSpace:
 
     edges_thetas = [
         ((0, 1), t(28, 2, 3, "conv")),
-        ((1, 2), t(14, 1, 1, "conv")), ((2, 2), t(14, 1, 3, "dw")), ((2, 2), t(14, 1, 1, "se")),
+        ((1, 2), t(14, 1, 1, "conv")), ((2, 2), t(14, 1, 3, "dw")), ((2, 2), t(14, 1, 1, "my_se")),
         ((2, 1), t(14, 1, 1, "pconv")), ((1, 1), t(14, 1, 1, "add")),
-        ((1, 3), t(14, 1, 1, "conv")), ((3, 3), t(14, 2, 3, "dw")), ((3, 3), t(7, 1, 1, "se")),
+        ((1, 3), t(14, 1, 1, "conv")), ((3, 3), t(14, 2, 3, "dw")), ((3, 3), t(7, 1, 1, "my_se")),
         ((3, 4), t(7, 1, 1, "pconv")),
-        ((4, 5), t(7, 1, 1, "conv")), ((5, 5), t(7, 1, 3, "dw")), ((5, 5), t(7, 1, 1, "se")),
+        ((4, 5), t(7, 1, 1, "conv")), ((5, 5), t(7, 1, 3, "dw")), ((5, 5), t(7, 1, 1, "my_se")),
         ((5, 4), t(7, 1, 1, "pconv")), ((4, 4), t(7, 1, 1, "add")),
         ((4, 6), t(7, 1, 1, "linear")),
     ]
@@ -87,7 +87,7 @@ def test_the_new_kind_counts_what_its_network_computes():
     x = images(SPACE, 1)
     for ch in random_configs(SPACE, 6, seed=1):
         assert counted(Network(SPACE, ch), x) == (network_macs(SPACE, ch), network_params(SPACE, ch))
-    assert {t.kind for t in SPACE.thetas} >= {"se", "dw", "add", "pconv"} and not SPACE.is_chain
+    assert {t.kind for t in SPACE.thetas} >= {"my_se", "dw", "add", "pconv"} and not SPACE.is_chain
 
 
 def test_masked_sliced_and_reduced_agree_with_the_new_kind():
@@ -166,7 +166,7 @@ def _every_stage(d):
     fit_lut(cfg, "synth", d / "lat.parquet", d / "lut.parquet", d / "fit.parquet")
     val = validate_lut(cfg, "synth", d / "lat.parquet", d / "lut.parquet", d / "val.parquet", d / "pred.parquet",
                        d / "val.pdf")
-    # the se layers' variables are fitted with the others: held-out networks predicted at the noise floor
+    # the my_se layers' variables are fitted with the others: held-out networks predicted at the noise floor
     assert val["lut"]["nrmse"] <= 1.5 * val["sigma_n"] + 0.005 and val["lut"]["within_10pct"] >= 0.98
     train_supernet(cfg, d / "ows", d / "resume_ows", method="ows", progress=False)
     decode(cfg, "synth", "ows", d / "ows" / "unaries.parquet", d / "lut.parquet", ["range:0.4"], d / "ows.parquet")

@@ -52,7 +52,7 @@ def test_masked_sliced_and_subnet_agree_in_eval(family):
     x = images(space, N_CONFIGS)
     with torch.no_grad():
         mixed = sup(x, torch.tensor(configs))
-        assert mixed.abs().max() > 0.5  # logits of order 1, so 1e-5 is a real test
+        assert mixed.abs().max() > 0.3  # logits of order 1 (0.3–3), so 1e-5 is a real test
         torch.testing.assert_close(sup(x, place_widths(torch.tensor([configs]), "cpu")[0]), mixed, atol=0, rtol=0)
         torch.testing.assert_close(sup(x, torch.tensor(configs), truncate=False), mixed, atol=1e-5, rtol=0)
         for k, ch in enumerate(configs):

@@ -21,6 +21,7 @@ from aows_core.tracing import (
     TraceError,
     channel_importance,
     load_model,
+    node_group_width,
     ordered_state,
     read_weights,
     trace_space,
@@ -30,6 +31,7 @@ from aows_core.tracing import (
 
 torch.set_num_threads(1)
 USER = str(Path(__file__).parents[1] / "fixtures" / "user_models.py")
+EXAMPLE = str(Path(__file__).parents[2] / "examples" / "my_cnn.py")
 PRESETS = {"resnet18": "resnet18_imagenet", "resnet50": "resnet50_imagenet", "mobilenet_v2": "mobilenet_v2_imagenet"}
 
 
@@ -62,11 +64,17 @@ def test_torchvision_traces_into_the_preset(name):
 @pytest.mark.parametrize("make", [lambda: torchvision.models.resnet18(num_classes=10),
                                   lambda: torchvision.models.mobilenet_v2(num_classes=10),
                                   lambda: torchvision.models.mnasnet0_5(num_classes=10),
-                                  lambda: load_model(f"{USER}:small_net", {"in_channels": 3})],
-                         ids=["resnet18", "mobilenet_v2", "mnasnet0_5", "user"])
+                                  lambda: torchvision.models.efficientnet_b0(num_classes=10),
+                                  lambda: torchvision.models.regnet_y_400mf(num_classes=10),
+                                  lambda: torchvision.models.mobilenet_v3_small(num_classes=10),
+                                  lambda: load_model(f"{USER}:small_net", {"in_channels": 3}),
+                                  lambda: load_model(f"{EXAMPLE}:my_cnn", {"in_channels": 3})],
+                         ids=["resnet18", "mobilenet_v2", "mnasnet0_5", "efficientnet_b0", "regnet_y_400mf",
+                              "mobilenet_v3_small", "user", "example"])
 def test_widest_network_is_the_model_with_its_weights(make):
     """The fixed network at the traced widths, given `trained_state`, computes the model's logits (eval mode), and so
-    does its deployment form (BN folded; a conv's own bias folded into its BN)."""
+    does its deployment form (BN folded; a conv's own bias folded into its BN): units of their own activations
+    (SiLU, Hardswish), grouped convolutions, squeeze-and-excitation and a two-layer head included (D49)."""
     model = randomise(make(), seed=1).eval()
     traced = trace_space(model, (3, 48, 48))
     space = traced.space
@@ -116,6 +124,24 @@ def test_coupled_channels_agree_with_torch_pruning(make):
     assert _our_groups(traced) == _pruning_groups(model, torch.randn(1, *shape))
 
 
+def test_grouped_convolutions_keep_their_group_width():
+    """A grouped convolution reads and writes one node (a narrower width runs fewer groups of the same width, D49):
+    the conv before it writes that node, its choices are multiples of the group width, and a squeeze-and-excitation
+    on it is a layer of that node with its traced squeeze width (Torch-Pruning, which splits a grouped conv's input
+    from its output, groups these differently by design)."""
+    traced = trace_space(load_model(f"{EXAMPLE}:my_cnn", {"width": 12}), (1, 28, 28))
+    space = traced.space
+    for (s, d), t, mods in zip(space.edges, space.thetas, traced.modules):
+        if t.kind.startswith("gconv:"):
+            assert s == d and t.kind == "gconv:8" and all(c % 8 == 0 for c in space.choices[s])
+            writer = next(m["conv"] for (a, b), m in zip(space.edges, traced.modules) if b == s and a != b)
+            assert writer.endswith("reduce.0") and writer.rpartition(".reduce")[0] in mods["conv"]
+        if t.kind.startswith("se:"):
+            assert s == d and set(mods) == {"fc1", "fc2"} and mods["fc1"].endswith("se.reduce")
+    assert sum(t.kind.startswith("se:") for t in space.thetas) == 4
+    assert [t.kind for t in space.thetas][0] == "conv:hardswish" and space.thetas[-2].kind == "conv:silu"
+
+
 def test_choices_and_fixed_modules():
     """Each node chooses multipliers of its traced width, the width itself the largest; `fixed` keeps the groups its
     modules write at one width, a depthwise conv's being its input's."""
@@ -132,8 +158,8 @@ def test_choices_and_fixed_modules():
 
 
 @pytest.mark.parametrize("name, module, what", [
-    ("mobilenet_v3_small", "features.0.2", "Hardswish"),
-    ("resnext50_32x4d", "layer1.0.conv2", "grouped convolution"),
+    ("convnext_tiny", "features.0.0", "padded by k // 2"),
+    ("shufflenet_v2_x1_0", "stage2.0.branch1.0", "depthwise convolution without an activation"),
     ("densenet121", "features.denseblock1", ""),
     ("squeezenet1_0", "features.0", "padded by k // 2"),
     ("vgg11", "features.0", "without a BatchNorm2d"),
@@ -148,8 +174,8 @@ def test_what_no_kind_runs_is_refused_naming_the_module(name, module, what):
 
 
 def test_user_modules_that_cannot_be_searched():
-    """A squeeze-and-excitation product, a file without the function and a function returning no module."""
-    with pytest.raises(TraceError, match="'se"):
+    """A spatial gate (a product no kind runs), a file without the function and a function returning no module."""
+    with pytest.raises(TraceError, match="'sigmoid': a sigmoid that does not gate a squeeze-and-excitation"):
         trace_space(load_model(f"{USER}:gated", {}), (1, 28, 28))
     with pytest.raises(TraceError, match="torch.fx cannot trace the module .*data-dependent control flow"):
         trace_space(load_model(f"{USER}:branchy", {}), (1, 28, 28))
@@ -189,16 +215,18 @@ def test_cli_prints_a_traced_space(capsys):
     assert d["edges"][0]["modules"] == {"conv": "conv1", "bn": "bn1"} and d["edges"][-1]["modules"] == {"linear": "fc"}
     assert d["base_macs"] == network_macs(preset, preset.base_config)
     assert main(["space", "--model", f"{USER}:gated", "--input", "1,28,28"]) == 2
-    assert "se" in capsys.readouterr().err
+    assert "a sigmoid that does not gate" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("make", [lambda: torchvision.models.resnet18(num_classes=10),
                                   lambda: torchvision.models.mobilenet_v2(num_classes=10),
-                                  lambda: load_model(f"{USER}:small_net", {"in_channels": 3})],
-                         ids=["resnet18", "mobilenet_v2", "user"])
+                                  lambda: load_model(f"{USER}:small_net", {"in_channels": 3}),
+                                  lambda: load_model(f"{EXAMPLE}:my_cnn", {"in_channels": 3})],
+                         ids=["resnet18", "mobilenet_v2", "user", "example"])
 def test_channels_ordered_by_importance_keep_the_function(make):
     """`ordered_state` permutes every node's channels, most important first, and the network still computes the
-    model's logits (writers and readers of a node permuted alike, a tied stream across all its blocks)."""
+    model's logits (writers and readers of a node permuted alike, a tied stream across all its blocks, a squeeze-and-
+    excitation's fc1 inputs and fc2 outputs, a grouped convolution's groups whole)."""
     model = randomise(make(), seed=2).eval()
     traced = trace_space(model, (3, 40, 40))
     space, state = traced.space, trained_state(traced, model)
@@ -210,8 +238,8 @@ def test_channels_ordered_by_importance_keep_the_function(make):
         torch.testing.assert_close(net(x), model(x), rtol=1e-4, atol=1e-4)
     moved = 0
     for node in range(1, space.n_nodes - 1):
-        score = channel_importance(space, ordered, node)
-        assert torch.all(score[:-1] >= score[1:]), node
+        score = channel_importance(space, ordered, node).view(-1, node_group_width(space, node)).sum(1)
+        assert torch.all(score[:-1] >= score[1:]), node  # a grouped convolution's groups move whole (D49)
         moved += not torch.equal(score, channel_importance(space, state, node))
     assert moved > space.n_nodes // 2  # the order changed, not only kept
 
@@ -315,3 +343,18 @@ def test_finalists_fine_tune_from_space_weights(tmp_path):
         assert after[k].shape == start[k].shape and (after[k] - start[k]).norm() < 0.2 * start[k].norm(), k
     with pytest.raises(ConfigError, match="retrain.init: weights fine-tunes the finalists from space.weights"):
         resolve(validate({"retrain": {"init": "weights"}}))
+
+
+def test_kind_parameters_are_checked():
+    """A kind's parameters follow its name (D49): a unit's own activation, a group width, a squeeze; anything else
+    is refused naming what the kind takes."""
+    from aows_core.kinds import kind_of
+
+    assert kind_of("conv:hardswish").act == "hardswish" and kind_of("conv").act is None
+    assert kind_of("gconv:16").group_width() == 16 and kind_of("gconv:16:silu").act == "silu"
+    assert kind_of("se:24:relu:hardsigmoid").s == 24 and kind_of("linear:1024:hardswish").hidden == 1024
+    for bad, what in [("pconv:relu", "takes no parameters"), ("conv:gelu", "the unit's activation"),
+                      ("gconv:x", "group width"), ("se:8:relu", "squeeze width"), ("linear:10", "hidden width"),
+                      ("nope:1", "unknown layer kind")]:
+        with pytest.raises(ValueError, match=what):
+            kind_of(bad)

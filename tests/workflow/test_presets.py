@@ -1,4 +1,4 @@
-"""Config presets (configs/*.yaml), cluster profiles and the conda env: all checked without data or devices.
+"""Config presets (configs/*.yaml, examples/*.yaml), cluster profiles and the conda env: all checked without data or devices.
 
 Every preset validates against the schema, is internally consistent, and dry-runs (`snakemake -n`)
 with the default profile for the main targets, without its dataset and without its devices (a
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow  # see pyproject: `pytest -m "not slow"` is the qu
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
 PROFILES = ROOT / "workflow" / "profiles"
-PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
+PRESETS = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "examples").glob("*.yaml"))
 
 # Targets every preset must dry-run; extend this list when the workflow grows a new main target.
 TARGETS = ["all", "decisions", "retrained"]  # and each device's results/pareto_{device}.pdf
