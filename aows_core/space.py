@@ -378,6 +378,22 @@ class SearchSpace:
         )
 
 
+# Joint choices one position of the decoders' compiled chain may hold, and entries of its padded (positions, K, K)
+# transition arrays (`aows_core.search.graph`, D44).
+MAX_STATES = 200_000
+MAX_ENTRIES = 50_000_000
+
+
+def frontier(n_nodes: int, edges: Sequence[tuple[int, int]]) -> list[list[int]]:
+    """Per node t, the nodes the decoders' chain holds at position t of the elimination order (D44): the earlier ones
+    an edge still joins to a later node, and t."""
+    far = list(range(n_nodes))  # far[u]: the latest node u shares an edge with
+    for s, d in edges:
+        for u in (s, d):
+            far[u] = max(far[u], s, d)
+    return [[u for u in range(t) if far[u] > t] + [t] for t in range(n_nodes)]
+
+
 def check_blocks(space: SearchSpace) -> None:
     """Refuse spaces the networks cannot build (D44): the classifier (`linear`) is the last edge and only there, and
     the blocks run in sequence (each reads the node the previous one wrote), covering every edge once."""

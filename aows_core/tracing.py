@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .kinds import kind_of
-from .space import Block, SearchSpace, Theta, check_blocks
+from .space import MAX_ENTRIES, MAX_STATES, Block, SearchSpace, Theta, check_blocks, frontier
 
 # The multipliers of a traced width its node chooses among: evenly spaced in [TRACED_MIN_MULT, 1] (the traced width
 # itself the largest, so that the widest network is the user's and its trained weights fit it).
@@ -642,7 +642,27 @@ def trace_space(model: Any, input_shape: Sequence[int], name: str = "traced", *,
     except ValueError as e:
         raise TraceError(f"the traced layers do not run as blocks in sequence ({e}); aows's networks run each block "
                          f"on the previous block's output") from None
-    return TracedSpace(space, tuple(dict(edges[i].modules) for i in order), model_name)
+    modules = tuple(dict(edges[i].modules) for i in order)
+    _check_decodable(space, modules)
+    return TracedSpace(space, modules, model_name)
+
+
+def _check_decodable(space: SearchSpace, modules: Sequence[Mapping[str, str]]) -> None:
+    """Refuse a space whose decoders would hold more joint choices at one node than they can (MAX_STATES, or
+    MAX_ENTRIES over the padded transitions; D44), naming the node and the modules whose widths `space.fixed` could
+    keep."""
+    active = frontier(space.n_nodes, space.edges)
+    sizes = [math.prod(len(space.choices[u]) for u in act) for act in active]
+    t = int(np.argmax(sizes))
+    if sizes[t] <= MAX_STATES and space.n_nodes * sizes[t] ** 2 <= MAX_ENTRIES:
+        return
+    writers = sorted({next(iter(m.values())) for (s, d), m in zip(space.edges, modules)
+                      if d in active[t] and s != d and 0 < d < space.n_nodes - 1})
+    raise TraceError(f"the space is too wide for the decoders: at node {t} they would hold the widths of nodes "
+                     f"{active[t]} at once, {sizes[t]} joint choices (at most {MAX_STATES}, and "
+                     f"{space.n_nodes} × {sizes[t]}² transition entries at most {MAX_ENTRIES}); keep some of them at "
+                     f"their traced width with space.fixed (the modules writing them: {', '.join(writers[:8])}"
+                     f"{' …' if len(writers) > 8 else ''}), or lower space.n_choices")
 
 
 def _name_kinds(edges: list[_Edge]) -> str:
@@ -825,3 +845,65 @@ def ordered_state(space: SearchSpace, state: Mapping[str, Any], importance: str 
                         out[k] = out[k][:, perm]
     return out
 
+
+
+def module_state(traced: TracedSpace, model: Any, state: Mapping[str, Any]) -> dict[str, Any]:
+    """A fixed network's state dict (`nets.network.Network`'s names, at any widths) under the user's module's names
+    (the inverse of `trained_state`, D49): a convolution's own bias zero (the network's BN mean holds it), a BatchNorm
+    of another eps given the running variance that makes it compute the network's normalisation."""
+    import torch
+    from torch import nn
+
+    mods = dict(model.named_modules())
+    out: dict[str, Any] = {}
+    last = traced.space.n_edges - 1
+    for e, roles in enumerate(traced.modules):
+        prefix = "classifier" if e == last else f"layers.{e}"
+        for role, path in roles.items():
+            src, m = (prefix if role == "linear" else f"{prefix}.{role}"), mods[path]
+            for k in m.state_dict():
+                if f"{src}.{k}" in state:
+                    out[f"{path}.{k}"] = state[f"{src}.{k}"].detach().clone()
+            if isinstance(m, nn.Conv2d) and m.bias is not None and role == "conv":
+                out[f"{path}.bias"] = torch.zeros(out[f"{path}.weight"].shape[0])
+            if isinstance(m, nn.BatchNorm2d) and m.eps != BN_EPS:
+                out[f"{path}.running_var"] = (out[f"{path}.running_var"] + BN_EPS - m.eps).clamp_min(0.0)
+    return out
+
+
+BN_EPS = 1e-5  # the networks' BatchNorm eps (torch's default)
+
+
+def narrowed(model: Any, state: Mapping[str, Any]) -> Any:
+    """A copy of `model` whose Conv2d, BatchNorm2d and Linear layers take the shapes of `state` (a state dict under
+    the module's own names: an exported finalist's `module_state_dict.pt`), loaded with it, in eval mode: the user's
+    architecture with fewer channels, the same classes under the same names (D49). A grouped convolution keeps its
+    group width."""
+    import copy
+
+    from torch import nn
+
+    out = copy.deepcopy(model).cpu()
+    for path, m in list(out.named_modules()):
+        w = state.get(f"{path}.weight")
+        if w is None or not isinstance(m, (nn.Conv2d, nn.BatchNorm2d, nn.Linear)) or tuple(w.shape) == tuple(
+                m.weight.shape):
+            continue
+        if isinstance(m, nn.Conv2d):
+            c_in = w.shape[0] if m.groups > 1 else w.shape[1]
+            new = nn.Conv2d(c_in, w.shape[0], m.kernel_size, m.stride, m.padding, m.dilation,
+                            c_in // w.shape[1], m.bias is not None, m.padding_mode)
+        elif isinstance(m, nn.BatchNorm2d):
+            new = nn.BatchNorm2d(w.shape[0], m.eps, m.momentum, m.affine, m.track_running_stats)
+        else:
+            new = nn.Linear(w.shape[1], w.shape[0], m.bias is not None)
+        parent, _, leaf = path.rpartition(".")
+        setattr(out.get_submodule(parent) if parent else out, leaf, new)
+    out.load_state_dict(state)
+    return out.eval()
+
+
+def user_module(traced: TracedSpace, model: Any, state: Mapping[str, Any]) -> Any:
+    """The user's own module holding a fixed network's state (a retrained finalist's, a supernet's slice): `narrowed`
+    to its widths, computing its function."""
+    return narrowed(model, module_state(traced, model, state))

@@ -652,7 +652,9 @@ Other files:
 - `results/export/{device}/{method}/{target}/seed{seed}/`: **the network to deploy**: `model.onnx` (BatchNorm
   folded, input `[N, C, H, W]`), `state_dict.pt` (`space`, `space_hash`, `channels`, `model`) and `export.json` (the
   check against PyTorch on test images: `max_abs_diff`, `top1_agreement`, `checked_images`, `rtol`, `atol`, `opset`).
-  Made by `snakemake --cores 2 retrained` (every finalist of every device) or by naming one file, e.g.
+  For a traced `space.model`, also `module_state_dict.pt`: the finalist under your module's own names, which
+  `aows_core.tracing.narrowed(your_module, torch.load(path))` loads into your module's classes with fewer
+  channels (export.json's `module` records the check). Made by `snakemake --cores 2 retrained` (every finalist of every device) or by naming one file, e.g.
   `snakemake --cores 2 results/export/cpu/aows/range:0.25/seed0/model.onnx`.
 - `results/pareto_{device}.pdf` and `.png`, `results/plots/{device}/*.pdf` and `.png`: the figures, each drawn from
   the parquet file beside it.

@@ -20,15 +20,12 @@ from typing import Sequence
 
 import numpy as np
 
-from ..space import SearchSpace
+from ..space import MAX_ENTRIES, MAX_STATES, SearchSpace, frontier
 from .chain import Chain
 from .lagrangian import check_target
 from .marginals import Marginals, NodeMarginals
 from .results import DecodeResult, Hull
 from .viterbi import viterbi
-
-MAX_STATES = 200_000  # joint choices one position of the compiled chain may hold
-MAX_ENTRIES = 50_000_000  # entries of the compiled chain's padded (positions, K, K) transition arrays
 
 
 # ---------------------------------------------------------------------------------------------
@@ -39,14 +36,9 @@ class _Layout:
 
     def __init__(self, counts: tuple[int, ...], edges: tuple[tuple[int, int], ...]):
         n1 = len(counts)
-        far = list(range(n1))  # far[u]: the latest node u shares an edge with
-        for s, d in edges:
-            for u in (s, d):
-                far[u] = max(far[u], s, d)
         self.active: list[list[int]] = []
         self.digits: list[dict[int, np.ndarray]] = []
-        for t in range(n1):
-            act = [u for u in range(t) if far[u] > t] + [t]
+        for t, act in enumerate(frontier(n1, edges)):
             dims = [counts[u] for u in act]
             size = int(np.prod(dims, dtype=np.int64))
             if size > MAX_STATES:

@@ -22,7 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, n_check: int = 256,
         rtol: float = 1e-3, atol: float = 1e-4) -> dict[str, Any]:
-    """Write model.onnx, state_dict.pt and export.json (all atomic), the ONNX graph checked against PyTorch."""
+    """Write model.onnx, state_dict.pt and export.json (all atomic), the ONNX graph checked against PyTorch; for a
+    traced `space.model`, module_state_dict.pt too: the finalist under the user's module's own names, checked to
+    compute the same logits once `aows_core.tracing:narrowed` loads it into the module (D49)."""
     from pathlib import Path
 
     import onnx
@@ -54,8 +56,30 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     report = {"channels": channels, "checked_images": int(len(x)), "max_abs_diff": float(err.max()),
               "rtol": rtol, "atol": atol, "top1_agreement": agree, "opset": proto.opset_import[0].version,
               "bn": "folded into the convolutions", "input": [None, *x.shape[1:]]}
+    if settings.space_section.model is not None:
+        report["module"] = _module_state(settings, net, x[:8], out_dir / "module_state_dict.pt")
     artifacts.write_json(report, out_dir / "export.json", indent=2)
     return report
+
+
+def _module_state(settings: Any, net: Any, x: Any, path: Any) -> dict[str, Any]:
+    """Write the finalist's weights under the user's module's names, checked in the module against `net`."""
+    import torch
+
+    from .. import artifacts
+    from ..tracing import module_state, narrowed
+
+    traced, model = settings.space_section.traced(settings.data.dataset)
+    state = module_state(traced, model, net.state_dict())
+    with torch.no_grad():
+        diff = float((narrowed(model, state)(x) - net(x)).abs().max())
+    if diff > 1e-3:
+        raise RuntimeError(f"the finalist in {settings.space_section.model}'s own module differs from the network by "
+                           f"{diff:.3g} on test images; not exported")
+    artifacts.save_torch(state, path)
+    return {"model": settings.space_section.model, "model_kwargs": dict(settings.space_section.model_kwargs),
+            "state_dict": path.name, "max_abs_diff": diff,
+            "load": "aows_core.tracing.narrowed(<the module>, torch.load(state_dict))"}
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:

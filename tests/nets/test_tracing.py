@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torchvision
-from net_cases import randomise
+from net_cases import random_configs, randomise
 from torch import nn
 
 from aows_core.config import ConfigError, load, resolve
@@ -358,3 +358,63 @@ def test_kind_parameters_are_checked():
                       ("nope:1", "unknown layer kind")]:
         with pytest.raises(ValueError, match=what):
             kind_of(bad)
+
+
+@pytest.mark.parametrize("make", [lambda: torchvision.models.resnet18(num_classes=10),
+                                  lambda: torchvision.models.mobilenet_v3_small(num_classes=10),
+                                  lambda: torchvision.models.regnet_y_400mf(num_classes=10),
+                                  lambda: load_model(f"{EXAMPLE}:my_cnn", {"in_channels": 3})],
+                         ids=["resnet18", "mobilenet_v3_small", "regnet_y_400mf", "example"])
+def test_a_finalist_deploys_as_the_users_own_module(make):
+    """`user_module`: the user's module at a configuration's widths — the same classes under the same names, fewer
+    channels — holding the fixed network's weights, computes its logits (D49); MobileNet-v3's BatchNorms keep their
+    eps of 1e-3, their running variance holding the difference."""
+    from aows_core.tracing import user_module
+
+    model = make().eval()
+    traced = trace_space(model, (3, 40, 40))
+    space = traced.space
+    x = torch.randn(2, 3, 40, 40, generator=torch.Generator().manual_seed(0))
+    for ch in random_configs(space, 3, seed=4)[1:]:
+        net = randomise(Network(space, ch), seed=3).eval()
+        mine = user_module(traced, model, net.state_dict())
+        assert [(n, type(m)) for n, m in mine.named_modules()] == [(n, type(m)) for n, m in model.named_modules()]
+        assert set(mine.state_dict()) == set(model.state_dict())
+        with torch.no_grad():
+            torch.testing.assert_close(mine(x), net(x), rtol=1e-4, atol=1e-4)
+        widths = {m.out_channels for m in mine.modules() if isinstance(m, nn.Conv2d)}
+        assert widths != {m.out_channels for m in model.modules() if isinstance(m, nn.Conv2d)}
+
+
+def test_a_space_too_wide_for_the_decoders_is_refused_naming_what_to_fix():
+    """More joint choices at one node than the decoders hold (D44) stop the trace, naming the node, the modules
+    to keep with space.fixed and n_choices; keeping them at their width makes it decodable."""
+    with torch.device("meta"):
+        model = torchvision.models.resnet50()
+    with pytest.raises(TraceError, match=r"too wide for the decoders: at node \d+ .*joint choices.* space.fixed "
+                                         r"\(the modules writing them: .*layer4.*\), or lower space.n_choices"):
+        trace_space(model, (3, 224, 224), n_choices=64)
+    trace_space(model, (3, 224, 224), n_choices=64, fixed=["layer3", "layer4"])
+
+
+@pytest.mark.slow
+def test_export_writes_the_finalist_as_the_users_module(tmp_path):
+    """`aows export` of a traced space's finalist also writes module_state_dict.pt: `narrowed` loads it into the
+    user's module, which gives the exported network's logits on test images (D49)."""
+    from aows_core import artifacts
+    from aows_core.config import validate
+    from aows_core.stages import export
+    from aows_core.tracing import narrowed
+
+    cfg = validate({"seed": 0, "space": {"model": f"{EXAMPLE}:my_cnn", "model_kwargs": {"width": 8}}})
+    space = resolve(cfg).space
+    channels = random_configs(space, 3, seed=7)[2]
+    net = randomise(Network(space, channels), seed=7).eval()
+    artifacts.save_torch({"space": space.to_dict(), "space_hash": space.hash, "channels": channels,
+                          "model": net.state_dict()}, tmp_path / "model.pt")
+    report = export.run(cfg, {"model": tmp_path / "model.pt"}, {"out_dir": tmp_path / "out"}, n_check=16)
+    assert report["module"]["max_abs_diff"] < 1e-4 and report["module"]["state_dict"] == "module_state_dict.pt"
+    mine = narrowed(load_model(f"{EXAMPLE}:my_cnn", {"width": 8}), torch.load(tmp_path / "out" / "module_state_dict.pt"))
+    x = torch.randn(4, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(mine(x), net(x), rtol=1e-4, atol=1e-4)
