@@ -318,7 +318,7 @@ class _Reader:
             if isinstance(m, nn.Conv2d):
                 return self.conv(n, m)
             if isinstance(m, nn.BatchNorm2d):
-                return self.bn(n)
+                return self.bn_act(n, m)
             if type(m) in (nn.ReLU, nn.ReLU6, nn.Hardswish, nn.SiLU):
                 return self.act_of(n, _ACTIVATIONS[type(m).__name__])
             if type(m) in (nn.Sigmoid, nn.Hardsigmoid):
@@ -456,6 +456,20 @@ class _Reader:
             raise TraceError(f"{_where(n)}: a BatchNorm2d that does not directly follow a convolution; register a "
                              f"kind for it (docs/extending.md)")
         u.bn = n.target
+        return u
+
+    def bn_act(self, n: Any, m: Any) -> _Unit:
+        """A BatchNorm2d, and the activation a subclass of it runs after it (timm's `BatchNormAct2d`: `act`)."""
+        from torch import nn
+
+        u = self.bn(n)
+        act = getattr(m, "act", None)
+        if isinstance(act, nn.Module) and not isinstance(act, nn.Identity):
+            if type(act) not in (nn.ReLU, nn.ReLU6, nn.Hardswish, nn.SiLU):
+                raise TraceError(f"{_where(n)}: a BatchNorm2d followed by {type(act).__name__}, which is not a "
+                                 f"registered activation ({', '.join(_ACTIVATIONS)}); register a kind for it "
+                                 f"(docs/extending.md)")
+            u.act = _ACTIVATIONS[type(act).__name__]
         return u
 
     def act_of(self, n: Any, act: str) -> Any:
@@ -687,12 +701,17 @@ def _name_kinds(edges: list[_Edge]) -> str:
 def _graph(model: Any, input_shape: Sequence[int]) -> Any:
     """The module's `torch.fx` graph, every node's output shape propagated from one input of `input_shape`."""
     import torch
-    from torch import fx
+    from torch import fx, nn
     from torch.fx.passes.shape_prop import ShapeProp
 
     c, h, w = (int(v) for v in input_shape)
+
+    class Tracer(fx.Tracer):  # a BatchNorm2d subclass (timm's BatchNormAct2d) is one operator
+        def is_leaf_module(self, m: Any, qualname: str) -> bool:
+            return isinstance(m, nn.BatchNorm2d) or super().is_leaf_module(m, qualname)
+
     try:
-        gm = fx.symbolic_trace(model)
+        gm = fx.GraphModule(model, Tracer().trace(model))
     except Exception as e:  # torch.fx raises many kinds; each means the forward is not traceable symbolically
         raise TraceError(f"torch.fx cannot trace the module ({type(e).__name__}: {e}); aows needs a forward without "
                          f"data-dependent control flow (wrap such code in a leaf module)") from None
@@ -875,30 +894,33 @@ BN_EPS = 1e-5  # the networks' BatchNorm eps (torch's default)
 
 
 def narrowed(model: Any, state: Mapping[str, Any]) -> Any:
-    """A copy of `model` whose Conv2d, BatchNorm2d and Linear layers take the shapes of `state` (a state dict under
-    the module's own names: an exported finalist's `module_state_dict.pt`), loaded with it, in eval mode: the user's
-    architecture with fewer channels, the same classes under the same names (D49). A grouped convolution keeps its
-    group width."""
+    """A copy of `model` whose Conv2d, BatchNorm2d and Linear layers (subclasses included, resized in place) take
+    the shapes of `state` (a state dict under the module's own names: an exported finalist's `module_state_dict.pt`),
+    loaded with it, in eval mode: the user's architecture with fewer channels, the same classes under the same names
+    (D49). A grouped convolution keeps its group width."""
     import copy
 
+    import torch
     from torch import nn
 
     out = copy.deepcopy(model).cpu()
-    for path, m in list(out.named_modules()):
+    for path, m in out.named_modules():
         w = state.get(f"{path}.weight")
-        if w is None or not isinstance(m, (nn.Conv2d, nn.BatchNorm2d, nn.Linear)) or tuple(w.shape) == tuple(
-                m.weight.shape):
+        if w is None or not isinstance(m, (nn.Conv2d, nn.BatchNorm2d, nn.Linear)) or w.shape == m.weight.shape:
             continue
         if isinstance(m, nn.Conv2d):
-            c_in = w.shape[0] if m.groups > 1 else w.shape[1]
-            new = nn.Conv2d(c_in, w.shape[0], m.kernel_size, m.stride, m.padding, m.dilation,
-                            c_in // w.shape[1], m.bias is not None, m.padding_mode)
+            m.out_channels = w.shape[0]
+            m.in_channels = w.shape[0] if m.groups > 1 else w.shape[1]
+            m.groups = m.in_channels // w.shape[1]
         elif isinstance(m, nn.BatchNorm2d):
-            new = nn.BatchNorm2d(w.shape[0], m.eps, m.momentum, m.affine, m.track_running_stats)
+            m.num_features = w.shape[0]
         else:
-            new = nn.Linear(w.shape[1], w.shape[0], m.bias is not None)
-        parent, _, leaf = path.rpartition(".")
-        setattr(out.get_submodule(parent) if parent else out, leaf, new)
+            m.out_features, m.in_features = w.shape
+        for name, v in list(m.named_parameters(recurse=False)):
+            setattr(m, name, nn.Parameter(torch.empty(state[f"{path}.{name}"].shape, dtype=v.dtype)))
+        for name, v in list(m.named_buffers(recurse=False)):
+            if v is not None and v.dim() > 0:
+                m.register_buffer(name, torch.empty(state[f"{path}.{name}"].shape, dtype=v.dtype))
     out.load_state_dict(state)
     return out.eval()
 

@@ -67,10 +67,11 @@ def test_torchvision_traces_into_the_preset(name):
                                   lambda: torchvision.models.efficientnet_b0(num_classes=10),
                                   lambda: torchvision.models.regnet_y_400mf(num_classes=10),
                                   lambda: torchvision.models.mobilenet_v3_small(num_classes=10),
+                                  lambda: load_model("timm:efficientnet_b0", {"num_classes": 10}),
                                   lambda: load_model(f"{USER}:small_net", {"in_channels": 3}),
                                   lambda: load_model(f"{EXAMPLE}:my_cnn", {"in_channels": 3})],
                          ids=["resnet18", "mobilenet_v2", "mnasnet0_5", "efficientnet_b0", "regnet_y_400mf",
-                              "mobilenet_v3_small", "user", "example"])
+                              "mobilenet_v3_small", "timm_efficientnet_b0", "user", "example"])
 def test_widest_network_is_the_model_with_its_weights(make):
     """The fixed network at the traced widths, given `trained_state`, computes the model's logits (eval mode), and so
     does its deployment form (BN folded; a conv's own bias folded into its BN): units of their own activations
@@ -363,12 +364,13 @@ def test_kind_parameters_are_checked():
 @pytest.mark.parametrize("make", [lambda: torchvision.models.resnet18(num_classes=10),
                                   lambda: torchvision.models.mobilenet_v3_small(num_classes=10),
                                   lambda: torchvision.models.regnet_y_400mf(num_classes=10),
+                                  lambda: load_model("timm:regnety_004", {"num_classes": 10}),
                                   lambda: load_model(f"{EXAMPLE}:my_cnn", {"in_channels": 3})],
-                         ids=["resnet18", "mobilenet_v3_small", "regnet_y_400mf", "example"])
+                         ids=["resnet18", "mobilenet_v3_small", "regnet_y_400mf", "timm_regnety_004", "example"])
 def test_a_finalist_deploys_as_the_users_own_module(make):
     """`user_module`: the user's module at a configuration's widths — the same classes under the same names, fewer
     channels — holding the fixed network's weights, computes its logits (D49); MobileNet-v3's BatchNorms keep their
-    eps of 1e-3, their running variance holding the difference."""
+    eps of 1e-3, their running variance holding the difference; timm's BatchNormAct2d keeps its class and activation."""
     from aows_core.tracing import user_module
 
     model = make().eval()
