@@ -711,7 +711,8 @@ class SpaceSettings(Section):
 
     def traced(self, dataset: str = "fashion_mnist", load: bool = False) -> tuple[Any, Any]:
         """(`model` traced into a space, the module): `aows_core.tracing`, on space.in_channels × space.resolution²
-        inputs, else the dataset's image shape; `weights` checked against the module, and loaded into it if `load`."""
+        inputs, else the dataset's image shape; `weights` checked against the module, and loaded into it if `load`
+        (`module`: the module's own)."""
         from .tracing import TRACED_N_CHOICES, load_model, read_weights, trace_space
 
         for key in ("width_mult", "first_stride"):
@@ -721,7 +722,7 @@ class SpaceSettings(Section):
         channels, resolution = DATASET_INPUT[dataset]
         shape = (self.in_channels or channels, self.resolution or resolution, self.resolution or resolution)
         model = load_model(self.model, self.model_kwargs)
-        if self.weights is not None:
+        if self.weights not in (None, MODULE_WEIGHTS):
             state = read_weights(self.weights, model)
             if load:
                 model.load_state_dict(state)
@@ -741,6 +742,9 @@ class SpaceSettings(Section):
 
         traced, model = self.traced(dataset, load=True)
         return ordered_state(traced.space, trained_state(traced, model), self.importance)
+
+
+MODULE_WEIGHTS = "module"  # space.weights: the weights the module carries as its function returns it
 
 
 def _traced_name(model: str) -> str:

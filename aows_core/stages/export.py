@@ -79,7 +79,7 @@ def _module_state(settings: Any, net: Any, x: Any, path: Any) -> dict[str, Any]:
     artifacts.save_torch(state, path)
     return {"model": settings.space_section.model, "model_kwargs": dict(settings.space_section.model_kwargs),
             "state_dict": path.name, "max_abs_diff": diff,
-            "load": "aows_core.tracing.narrowed(<the module>, torch.load(state_dict))"}
+            "load": "aows_core.tracing.narrowed(<the module>, <this state dict>)"}
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:

@@ -420,3 +420,19 @@ def test_export_writes_the_finalist_as_the_users_module(tmp_path):
     x = torch.randn(4, 1, 28, 28, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(mine(x), net(x), rtol=1e-4, atol=1e-4)
+
+
+def test_weights_the_module_carries(tmp_path):
+    """`space.weights: module`: the supernet starts from the weights the module's function returns it with (no file,
+    D49), ordered as a weights file's would be."""
+    from aows_core.config import validate
+
+    cfg = validate({"space": {"model": f"{USER}:trained_small_net", "model_kwargs": {"width": 8}, "weights": "module"},
+                    "retrain": {"init": "weights"}})
+    settings = resolve(cfg)
+    model = load_model(f"{USER}:trained_small_net", {"width": 8})
+    traced = trace_space(model, (1, 28, 28))
+    want = ordered_state(traced.space, trained_state(traced, model), "bn")
+    got = settings.initial_state()
+    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
+    assert not torch.equal(got["layers.0.bn.weight"], torch.ones(8))

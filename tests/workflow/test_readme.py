@@ -68,9 +68,9 @@ def merge(base: dict, over: dict) -> dict:
 
 
 def workdir(path, config: dict | None = None):
-    """A folder laid out like the repository for commands run verbatim: workflow/, configs/, envs/, config.yaml."""
+    """A folder laid out like the repository for verbatim commands: workflow/, configs/, examples/, envs/, config.yaml."""
     path.mkdir(parents=True, exist_ok=True)
-    for name in ("workflow", "configs", "envs", "bench", "scripts"):
+    for name in ("workflow", "configs", "examples", "envs", "bench", "scripts"):
         (path / name).symlink_to(ROOT / name)
     text = (ROOT / "config.yaml").read_text() if config is None else yaml.safe_dump(config)
     (path / "config.yaml").write_text(text)
