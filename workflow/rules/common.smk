@@ -46,7 +46,9 @@ def trained_weights(*stages):
     """The space.weights file (D48) as an input of the trainings that start from it (a new file reruns them); the
     OWS supernet always, the retrainings when retrain.init is weights."""
     path = config["space"].get("weights")
-    if path in (None, "module") or ("retrain" in stages and config["retrain"]["init"] != "weights"):
+    if path in (None, "module") or (
+        "retrain" in stages and config["retrain"]["init"] != "weights"
+    ):
         return []  # `module`: the weights of the module's own function
     return [path]
 
