@@ -15,6 +15,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
@@ -709,10 +710,12 @@ class SpaceSettings(Section):
             return get_space(params.pop("preset"), **params)
         return self.traced(dataset)[0].space
 
-    def traced(self, dataset: str = "fashion_mnist", load: bool = False) -> tuple[Any, Any]:
+    def traced(self, dataset: str = "fashion_mnist") -> tuple[Any, Any]:
         """(`model` traced into a space, the module): `aows_core.tracing`, on space.in_channels × space.resolution²
-        inputs, else the dataset's image shape; `weights` checked against the module, and loaded into it if `load`
-        (`module`: the module's own)."""
+        inputs, else the dataset's image shape; `weights` checked against the module and loaded into it (`module`:
+        the module's own). Traced once per dataset: a stage's space and initial state share it."""
+        if dataset in self._traces:
+            return self._traces[dataset]
         from .tracing import TRACED_N_CHOICES, load_model, read_weights, trace_space
 
         for key in ("width_mult", "first_stride"):
@@ -723,15 +726,18 @@ class SpaceSettings(Section):
         shape = (self.in_channels or channels, self.resolution or resolution, self.resolution or resolution)
         model = load_model(self.model, self.model_kwargs)
         if self.weights not in (None, MODULE_WEIGHTS):
-            state = read_weights(self.weights, model)
-            if load:
-                model.load_state_dict(state)
+            model.load_state_dict(read_weights(self.weights, model))
         traced = trace_space(model, shape, _traced_name(self.model), fixed=self.fixed,
                              n_choices=self.n_choices or TRACED_N_CHOICES, model_name=self.model)
         if self.num_classes is not None and traced.space.num_classes != self.num_classes:
             raise ConfigError(f"space.model {self.model!r} has {traced.space.num_classes} classes, space.num_classes "
                               f"says {self.num_classes}: pass num_classes in space.model_kwargs")
+        self._traces[dataset] = traced, model
         return traced, model
+
+    @cached_property
+    def _traces(self) -> dict[str, tuple[Any, Any]]:
+        return {}
 
     def initial_state(self, dataset: str = "fashion_mnist") -> dict[str, Any] | None:
         """The supernet's initial weights: `weights` loaded into `model`, its channels ordered by `importance`
@@ -740,7 +746,7 @@ class SpaceSettings(Section):
             return None
         from .tracing import ordered_state, trained_state
 
-        traced, model = self.traced(dataset, load=True)
+        traced, model = self.traced(dataset)
         return ordered_state(traced.space, trained_state(traced, model), self.importance)
 
 
@@ -990,5 +996,6 @@ def resolve(config: Mapping[str, Any]) -> Settings:
     if sections["retrain"].init == "weights" and config["space"].get("weights") is None:
         raise ConfigError("config key retrain.init: weights fine-tunes the finalists from space.weights, which is not "
                           "set: set space.weights (and space.model), or retrain.init: scratch")
-    return Settings(seed=int(config["seed"]), space=space_from_config(config), devices=_frozen(config["devices"]),
-                    space_section=SpaceSettings.from_mapping(config["space"]), **sections)  # type: ignore[arg-type]
+    space = SpaceSettings.from_mapping(config["space"])  # its trace is kept for initial_state (D48)
+    return Settings(seed=int(config["seed"]), space=space.build(config["data"]["dataset"]),
+                    devices=_frozen(config["devices"]), space_section=space, **sections)  # type: ignore[arg-type]

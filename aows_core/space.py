@@ -142,6 +142,10 @@ class SearchSpace:
     def n_edges(self) -> int:
         return len(self.thetas)
 
+    def module_path(self, e: int) -> str:
+        """Edge e's module in the fixed network and the supernet: `layers.{e}`, the last edge's `classifier`."""
+        return "classifier" if e == self.n_edges - 1 else f"layers.{e}"
+
     @property
     def n_layers(self) -> int:
         """Number of searchable widths (nodes 1..n-1)."""

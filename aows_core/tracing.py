@@ -768,20 +768,22 @@ def trained_state(traced: TracedSpace, model: Any) -> dict[str, Any]:
     `layers.{e}.fc1.*`, the classifier's Linear as `classifier.*`), a convolution's own bias folded into its BN's mean."""
     import torch
 
-    state = model.state_dict()
+    mods = dict(model.named_modules())
     out: dict[str, Any] = {}
-    last = traced.space.n_edges - 1
-    for e, mods in enumerate(traced.modules):
-        prefix = "classifier" if e == last else f"layers.{e}"
-        for role, path in mods.items():
-            to = prefix if role == "linear" else f"{prefix}.{role}"
-            for k, v in state.items():
-                if k.startswith(f"{path}.") and "." not in k[len(path) + 1:]:
-                    out[f"{to}.{k[len(path) + 1:]}"] = v.detach().clone()
+    for e, roles in enumerate(traced.modules):
+        prefix = traced.space.module_path(e)
+        for role, path in roles.items():
+            for k, v in mods[path].state_dict().items():
+                out[f"{_role_path(prefix, role)}.{k}"] = v.detach().clone()
         bias = out.pop(f"{prefix}.conv.bias", None)
         if bias is not None and f"{prefix}.bn.running_mean" in out:
             out[f"{prefix}.bn.running_mean"] = out[f"{prefix}.bn.running_mean"] - bias.to(torch.float32)
     return out
+
+
+def _role_path(prefix: str, role: str) -> str:
+    """Where a traced module of `role` lives in its edge's module `prefix`: the classifier's Linear is the module."""
+    return prefix if role == "linear" else f"{prefix}.{role}"
 
 
 IMPORTANCE = ("bn", "none")
@@ -845,7 +847,6 @@ def ordered_state(space: SearchSpace, state: Mapping[str, Any], importance: str 
     out = {k: v.clone() for k, v in state.items()}
     if importance == "none":
         return out
-    last = space.n_edges - 1
     for node in range(1, space.n_nodes - 1):
         g = node_group_width(space, node)
         score = channel_importance(space, state, node)
@@ -853,7 +854,7 @@ def ordered_state(space: SearchSpace, state: Mapping[str, Any], importance: str 
         perm = (groups[:, None] * g + torch.arange(g)[None, :]).flatten()
         for e, (s, d) in enumerate(space.edges):
             kind = kind_of(space.thetas[e].kind)
-            prefix = "classifier" if e == last else f"layers.{e}"
+            prefix = space.module_path(e)
             if d == node:
                 for k in kind.writes(prefix):
                     if k in out:
@@ -875,11 +876,10 @@ def module_state(traced: TracedSpace, model: Any, state: Mapping[str, Any]) -> d
 
     mods = dict(model.named_modules())
     out: dict[str, Any] = {}
-    last = traced.space.n_edges - 1
     for e, roles in enumerate(traced.modules):
-        prefix = "classifier" if e == last else f"layers.{e}"
+        prefix = traced.space.module_path(e)
         for role, path in roles.items():
-            src, m = (prefix if role == "linear" else f"{prefix}.{role}"), mods[path]
+            src, m = _role_path(prefix, role), mods[path]
             for k in m.state_dict():
                 if f"{src}.{k}" in state:
                     out[f"{path}.{k}"] = state[f"{src}.{k}"].detach().clone()

@@ -208,7 +208,7 @@ class TimingFactory:
         mod = self._edges.get(key)
         if mod is None:
             mod = edge_module(self.space, e, c_in, c_out, bn=False, device="meta")
-            prefix = "classifier" if e == self.space.n_edges - 1 else f"layers.{e}"
+            prefix = self.space.module_path(e)
             for name, p in list(mod.named_parameters()):
                 path, _, leaf = name.rpartition(".")
                 setattr(mod.get_submodule(path), leaf, self._view(f"{prefix}.{name}", tuple(p.shape)))

@@ -119,7 +119,7 @@ def edge_graph(space: SearchSpace, i: int, c_in: int, c_out: int) -> tuple[list,
     [(name, shape)] in deployment form, as its layer kind writes them."""
     t = space.thetas[i]
     g = GraphBuilder(space.act)
-    path = "classifier" if i == space.n_edges - 1 else f"layers.{i}"
+    path = space.module_path(i)
     kind_of(t.kind).onnx(g, t, edge_inputs(space, i), edge_output(space, i), path, c_in, c_out)
     return g.nodes, g.params
 
