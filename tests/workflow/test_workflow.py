@@ -345,3 +345,19 @@ def test_config_overlays_on_the_command_line_and_an_empty_aows_list(tmp_path):
 
     # ows, greedy, uniform at synth's two decode targets and flops's one, for every retraining seed
     assert plan["retrain"] == 3 * (2 + 1) * len(retrain_seeds(validate(TINY)))
+
+
+def test_a_model_file_and_its_weights_are_inputs_of_the_first_stages(tmp_path):
+    """A `space.model: file.py:function` and its `space.weights` file are inputs of the profile's configurations and
+    the OWS supernet (D48), so that editing the network or retraining it reruns the run."""
+    shutil.copy(ROOT / "examples" / "my_cnn.py", tmp_path / "my_cnn.py")
+    from aows_core.tracing import load_model
+
+    torch.save(load_model(str(tmp_path / "my_cnn.py") + ":my_cnn").state_dict(), tmp_path / "trained.pt")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
+        {"space": {"model": "my_cnn.py:my_cnn", "weights": "trained.pt"},
+         "devices": {"synth": {"backend": "synthetic"}}}))
+    out = smk(tmp_path, "-n", "results/supernet/ows/model.pt", "results/latency/configs.parquet").stdout
+    jobs = {m.group(1): m.group(2) for m in re.finditer(r"rule (\w+):\n((?:    .*\n)+)", out)}
+    assert "my_cnn.py" in jobs["sample_configs"] and "my_cnn.py" in jobs["train_ows"], out[-2000:]
+    assert "trained.pt" in jobs["train_ows"] and "trained.pt" not in jobs["sample_configs"]

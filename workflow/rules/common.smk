@@ -53,6 +53,15 @@ def trained_weights(*stages):
     return [path]
 
 
+def model_source():
+    """A space.model file (`path.py:function`, D48) as an input of the first stages (the profile's configurations,
+    the OWS supernet): an edit of the network reruns the run. torchvision's, timm's and an installed module's
+    networks change with their package, which Snakemake does not track."""
+    model = config["space"].get("model") or ""
+    path = model.rpartition(":")[0]
+    return [path] if path.endswith(".py") else []
+
+
 def node_threads(section):
     """CPUs a training job asks for on each of its nodes: threads × processes ÷ nodes (docs/method.md D30)."""
     c = config[section]

@@ -12,6 +12,8 @@ Outputs: results/latency/configs.parquet            configurations to time (trai
 
 
 rule sample_configs:
+    input:
+        model=model_source(),
     output:
         "results/latency/configs.parquet",
     log:

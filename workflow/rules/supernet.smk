@@ -52,6 +52,7 @@ rule train_ows:
     input:
         feasible=ancient("results/targets/feasible.txt"),
         weights=trained_weights("supernet"),
+        model=model_source(),
     output:
         unaries="results/supernet/ows/unaries.parquet",
         metrics="results/supernet/ows/metrics.parquet",
