@@ -122,6 +122,7 @@ def test_preset_dry_runs_without_data_or_devices(path, tmp_path):
     raw["data"]["root"] = str(tmp_path / "no-dataset-here")  # whatever root the preset names, it is absent here
     (tmp_path / "preset.yaml").write_text(yaml.safe_dump(raw))
     (tmp_path / "config.yaml").write_text((ROOT / "config.yaml").read_text())
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # a preset's space.model file, relative to the run
     pareto = [f"results/pareto_{d}.pdf" for d in cfg["devices"]]
     r = smk(tmp_path, "-n", "--profile", str(PROFILES / "default"), *TARGETS, *pareto, "--configfile",
             str(tmp_path / "preset.yaml"))
