@@ -652,6 +652,14 @@ Other files:
 - `results/export/{device}/{method}/{target}/seed{seed}/`: **the network to deploy**: `model.onnx` (BatchNorm
   folded, input `[N, C, H, W]`), `state_dict.pt` (`space`, `space_hash`, `channels`, `model`) and `export.json` (the
   check against PyTorch on test images: `max_abs_diff`, `top1_agreement`, `checked_images`, `rtol`, `atol`, `opset`).
+  How the run's evaluation prepares a test image is export.json's `preprocessing` and, as JSON text, model.onnx's
+  metadata key aows.preprocessing (ONNX Runtime: `session.get_modelmeta().custom_metadata_map`), so `model.onnx`
+  alone deploys (the README's snippet applies it). In order: `channel_order` (the PIL mode: `RGB`, or `L` for one
+  grey channel); `resize` (null: none; else the shorter side to that many pixels, the longer one to
+  `int(resize · long / short)`, with PIL's `interpolation` filter, antialiased when shrinking, as torchvision's
+  `Resize` applies it) and `center_crop` (null or `[H, W]`, at offsets `round((size − crop) / 2)`); per channel
+  `(pixel · scale − mean) / std` (`scale` 1/255, pixels 0..255); `layout` `NCHW`, `dtype` `float32`, `input_shape`
+  `[C, H, W]`; `classes`: the outputs' names in label order (`aows_core.data.describe_preprocessing`).
   For a traced `space.model`, also `module_state_dict.pt`: the finalist under your module's own names, which
   `aows_core.tracing.narrowed(your_module, torch.load(path))` loads into your module's classes with fewer
   channels (export.json's `module` records the check). Made by `snakemake --cores 2 retrained` (every finalist of every device) or by naming one file, e.g.

@@ -34,6 +34,8 @@ MEAN_STD: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 }
 PAD = {"fashion_mnist": 2, "cifar10": 4}  # zero padding of the random crop (pixels per side)
 IMAGEFOLDER_SIZE = 224  # default crop of ImageFolder images (RandomResizedCrop / CenterCrop)
+IMAGEFOLDER_CROP_FRACTION = 0.875  # a test image's centre crop: this share of its resized shorter side
+IMAGEFOLDER_INTERPOLATION = "bilinear"  # torchvision's InterpolationMode of that resize
 
 FMNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -285,6 +287,11 @@ def _imagefolder_pair(root: str) -> tuple[Any, Any]:
             "both must hold the same <class> folders"
         )
     return train, val
+
+
+def imagefolder_resize(size: int) -> int:
+    """The shorter side, in pixels, an ImageFolder test image is resized to before its centre crop of `size`."""
+    return int(round(size / IMAGEFOLDER_CROP_FRACTION))
 
 
 def _imagefolder_info(root: Path, image_size: int | None) -> DatasetInfo:

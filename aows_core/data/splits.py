@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from ..config import DataError, DataSpec
 from .datasets import (
+    IMAGEFOLDER_INTERPOLATION,
     MEAN_STD,
     PAD,
     DatasetInfo,
@@ -41,6 +42,7 @@ from .datasets import (
     _imagefolder_info,
     _imagefolder_pair,
     dataset_info,
+    imagefolder_resize,
 )
 
 # Tags separating the random streams derived from the one seed.
@@ -247,12 +249,13 @@ def _loader(dataset: torch.utils.data.Dataset, sampler: Any, batch_size: int, sp
 
 
 def _imagefolder_transforms(size: int, mean: Sequence[float], std: Sequence[float]) -> tuple[Callable, Callable]:
-    """(train, eval) torchvision transforms: RandomResizedCrop + flip; Resize(size/0.875) + CenterCrop."""
+    """(train, eval) torchvision transforms: RandomResizedCrop + flip; Resize(`imagefolder_resize`) + CenterCrop."""
     from torchvision import transforms as T
 
     norm = [T.ToTensor(), T.Normalize(mean, std)]
     train = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), *norm])
-    evalt = T.Compose([T.Resize(int(round(size / 0.875))), T.CenterCrop(size), *norm])
+    resize = T.Resize(imagefolder_resize(size), interpolation=T.InterpolationMode(IMAGEFOLDER_INTERPOLATION))
+    evalt = T.Compose([resize, T.CenterCrop(size), *norm])
     return train, evalt
 
 

@@ -22,16 +22,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, n_check: int = 256,
         rtol: float = 1e-3, atol: float = 1e-4) -> dict[str, Any]:
-    """Write model.onnx, state_dict.pt and export.json (all atomic), the ONNX graph checked against PyTorch; for a
-    traced `space.model`, module_state_dict.pt too: the finalist under the user's module's own names, checked to
-    compute the same logits once `aows_core.tracing:narrowed` loads it into the module (D49)."""
+    """Write model.onnx, state_dict.pt and export.json (all atomic), the ONNX graph checked against PyTorch, both
+    recording the test images' preprocessing (`aows_core.data.describe_preprocessing`; in model.onnx as the JSON text
+    of metadata key `aows.preprocessing`); for a traced `space.model`, module_state_dict.pt too: the finalist under the
+    user's module's own names, checked to compute the same logits once `aows_core.tracing:narrowed` loads it into the
+    module (D49)."""
+    import json
     from pathlib import Path
 
     import onnx
 
     from .. import artifacts
     from ..config import resolve
-    from ..data import test_batches
+    from ..data import PREPROCESSING_KEY, describe_preprocessing, test_batches
     from ..nets.network import Network, folded_state
     from ..nets.onnx import check_agreement, onnx_from_weights
 
@@ -43,9 +46,12 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     net.load_state_dict(state["model"])
     net.eval()
 
+    data = settings.data_spec(None)
+    preprocessing = describe_preprocessing(data)
     proto = onnx_from_weights(space, channels, folded_state(net), batch=None)
+    proto.metadata_props.add(key=PREPROCESSING_KEY, value=json.dumps(preprocessing))
     onnx.checker.check_model(proto)
-    x = next(iter(test_batches(settings.data_spec(None), batch_size=n_check)))[0].contiguous()
+    x = next(iter(test_batches(data, batch_size=n_check)))[0].contiguous()
     err, agree = check_agreement(proto, net, x, rtol, atol)
 
     out_dir = Path(outputs["out_dir"])
@@ -55,7 +61,7 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
                           "model": state["model"]}, out_dir / "state_dict.pt")
     report = {"channels": channels, "checked_images": int(len(x)), "max_abs_diff": float(err.max()),
               "rtol": rtol, "atol": atol, "top1_agreement": agree, "opset": proto.opset_import[0].version,
-              "bn": "folded into the convolutions", "input": [None, *x.shape[1:]]}
+              "bn": "folded into the convolutions", "input": [None, *x.shape[1:]], "preprocessing": preprocessing}
     if settings.space_section.model is not None:
         report["module"] = _module_state(settings, net, x[:8], out_dir / "module_state_dict.pt")
     artifacts.write_json(report, out_dir / "export.json", indent=2)

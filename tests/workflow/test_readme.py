@@ -8,6 +8,7 @@
 - the result block is what `scripts/default_result.py` renders from docs/default_run/; no run diary.
 """
 
+import ast
 import re
 import shlex
 import subprocess
@@ -16,6 +17,7 @@ import sys
 import pytest
 import torch
 import yaml
+from PIL import Image
 from tiny_workflow import ROOT, TINY, copy_run, planned, smk
 
 from aows_core import config as aows_config
@@ -129,7 +131,8 @@ def test_the_quick_start_commands_are_ci_s():
 
 def test_quick_start_follow_ups_run_after_the_quick_start(pareto_run, tmp_path):
     """After the main command's own target (not rule `all`): the report, inspect, the export of the file to deploy,
-    then the Python examples (reading the table, running the exported ONNX), all verbatim but for the device."""
+    then the Python examples (reading the table, classifying image files with the exported ONNX, one class each), all
+    verbatim but for the device."""
     wd = copy_run(pareto_run, tmp_path / "quick")
     for name in ("workflow", "bench"):
         if not (wd / name).exists():
@@ -144,9 +147,13 @@ def test_quick_start_follow_ups_run_after_the_quick_start(pareto_run, tmp_path):
     assert (wd / "results/export/synth/aows/range:0.5/seed0/model.onnx").exists()
     examples = fenced(text, "python")
     assert examples
+    images = [f"grey{shade}.png" for shade in (0, 128, 255)]
+    for shade, name in zip((0, 128, 255), images):  # images the size of Fashion-MNIST's
+        Image.new("L", (28, 28), shade).save(wd / name)
     for code in examples:
-        r = subprocess.run([sys.executable, "-c", as_synth(code)], capture_output=True, text=True, cwd=wd)
+        r = subprocess.run([sys.executable, "-c", as_synth(code), *images], capture_output=True, text=True, cwd=wd)
         assert r.returncode == 0, (code, r.stderr[-1500:])
+    assert len(ast.literal_eval(r.stdout.strip().splitlines()[-1])) == len(images)
 
 
 def fake_imagefolder(root, classes: int):
