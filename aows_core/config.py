@@ -189,10 +189,20 @@ def backends() -> dict[str, Backend]:
     return schema_backends(load_schema())
 
 
+GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+
+
 def device_backends(config: Mapping[str, Any]) -> dict[str, Backend]:
-    """The backend of each configured device (a validated config's `devices`), by device name."""
+    """The backend of each configured device (a validated config's `devices`), by device name; `gpu` as the device
+    uses it here: none when it is timed on another machine (`remote`), one for ONNX Runtime's CUDA or TensorRT
+    provider."""
     declared = backends()
-    return {device: declared[spec["backend"]] for device, spec in config["devices"].items()}
+    out = {}
+    for device, spec in config["devices"].items():
+        b = declared[spec["backend"]]
+        gpu = b.gpu or any(p in str(spec.get("providers", "")) for p in GPU_PROVIDERS)
+        out[device] = dataclasses.replace(b, gpu=gpu and not spec.get("remote"))
+    return out
 
 
 def gpu_devices(backend_of: Mapping[str, Backend]) -> list[str]:

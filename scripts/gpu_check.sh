@@ -28,7 +28,11 @@ fi
 
 t0=$(date +%s)
 echo "== 1/3 CUDA-only tests"
-python3 -m pytest -q -p no:cacheprovider -m cuda -n 0 tests
+# ONNX Runtime's CUDA and TensorRT providers (tests/devices/test_providers.py: widths resolved, a TensorRT engine
+# built once per network) need the onnxruntime-gpu build (and tensorrt) in place of onnxruntime; without them those
+# two tests skip, saying so.
+python3 -c 'import onnxruntime as o; print(f"gpu_check: onnxruntime {o.__version__}, providers {o.get_available_providers()}")'
+python3 -m pytest -q -p no:cacheprovider -m cuda -n 0 -rs tests
 
 echo "== 2/3 workflow: configs/gpu_check.yaml -> results/pareto_gpu.pdf in $work"
 rm -rf "$work" && mkdir -p "$work"

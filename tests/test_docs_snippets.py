@@ -22,7 +22,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "docs" / n for n in ("timing-protocol.md", "latency-model.md", "training.md", "artifacts.md",
-                                     "extending.md", "method.md", "experiments.md")] + [ROOT / "bench" / "README.md"]
+                                     "extending.md", "method.md", "experiments.md", "devices.md")] + [ROOT / "bench" / "README.md"]
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 
 
@@ -132,6 +132,10 @@ def test_shell_snippets_name_real_commands(item):
             assert targets, line
             for t in targets:
                 assert _target_exists(t, text), (line, t)
+        elif argv[0] == "ssh":  # installing the timing worker on a device: the command its own file documents
+            import aows_worker
+
+            assert line.strip() in aows_worker.__doc__, line
         else:
             raise AssertionError(f"{item[0]}: a shell snippet the test does not know: {line}")
 

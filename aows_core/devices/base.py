@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+# One timing loop and one description of a machine, shared with the timing worker (the remote side of a device).
+from aows_worker import MAX_REPEAT_FACTOR, cpu_model, host_fingerprint, timed_loop  # noqa: F401
+
 from ..config import Backend, register_backend, unregister_backend
 from ..space import SearchSpace
-
-MAX_REPEAT_FACTOR = 20
 
 
 @dataclass(frozen=True)
@@ -115,16 +115,17 @@ class Device:
     unit: ClassVar[str] = "ms"  # of its values: ms per forward of a batch (MMAC for flops)
     gpu: ClassVar[bool] = False  # times on a GPU: cluster profiles place its timing jobs on GPU nodes
     analytic: ClassVar[bool] = False  # counted, not timed (one exact value per network, no reference)
-    # The settings this backend reads, in order: they (and only they) enter its fingerprint.
+    # The settings this backend reads, in order: they (but `untracked`) enter its fingerprint.
     settings: ClassVar[Mapping[str, Setting]] = {"batch_size": BATCH_SIZE}
-    keys: ClassVar[tuple[str, ...]] = ("batch_size",)  # tuple(settings), derived for every subclass
+    keys: ClassVar[tuple[str, ...]] = ("batch_size",)  # the settings but `untracked`, derived for every subclass
+    untracked: ClassVar[tuple[str, ...]] = ()  # settings of how the device is reached, not of what is timed
     # What a latency file made before a key existed was timed with (its spec lacks the key): the key's value then,
     # when that differs from today's default, so that such a file is refused, not read as today's default.
     legacy: ClassVar[Mapping[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls.keys = tuple(cls.settings)
+        cls.keys = tuple(k for k in cls.settings if k not in cls.untracked)
 
     @classmethod
     def declaration(cls) -> Backend:
@@ -132,6 +133,11 @@ class Device:
         return Backend(cls.name, cls.unit, bool(cls.gpu), bool(cls.analytic), tuple(cls.settings))
 
     def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
+        if spec.get("remote") and "remote" not in type(self).settings:
+            remote = sorted(n for n, c in DEVICES.items() if "remote" in c.settings)
+            raise ValueError(f"device backend {self.name!r} cannot time on another machine (remote: "
+                             f"{spec['remote']!r}): its runtime is not in the timing worker; use one of {remote} "
+                             f"(docs/devices.md)")
         self.spec = normalise_spec(spec, type(self).settings)
         self.space = space
         self.seed = int(seed)
@@ -270,39 +276,6 @@ def check_counts(repeats: int, warmup: int) -> tuple[int, int]:
     return repeats, warmup
 
 
-def timed_loop(call: Callable[[], Any], repeats: int, warmup: int, min_time_s: float) -> np.ndarray:
-    """Per-repeat ns of `call`: `warmup` untimed calls, then `repeats` timed ones, extended (up to
-    MAX_REPEAT_FACTOR × repeats) until the timed passes add up to `min_time_s`, so that fast networks
-    are not dominated by their construction overhead."""
-    clock = time.perf_counter_ns
-    for _ in range(warmup):
-        call()
-    cap = repeats * MAX_REPEAT_FACTOR if min_time_s > 0 else repeats
-    out = np.empty(cap, dtype=np.float64)
-    need = min_time_s * 1e9
-    total = 0.0
-    r = 0
-    while r < cap and (r < repeats or total < need):
-        a = clock()
-        call()
-        out[r] = clock() - a
-        total += out[r]
-        r += 1
-    return out[:r]
-
-
-def cpu_model() -> str:
-    """The CPU model name (/proc/cpuinfo, else platform.processor())."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
 def usable_cores() -> int:
     """Cores this process may run on."""
     try:
@@ -311,11 +284,3 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def host_fingerprint() -> dict[str, Any]:
-    """Machine facts shared by the real backends: CPU model, cores, architecture, OS (not the host name or affinity)."""
-    return {
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "machine": platform.machine(),
-        "system": platform.system(),
-    }

@@ -139,9 +139,11 @@ def test_timing_graph_is_the_same_network():
 def test_graph_factory_caches_edges():
     gf = GraphFactory(FMNIST, batch=1)
     cfg = random_config(FMNIST, np.random.default_rng(6))
-    b1, n1, _ = gf(cfg)
-    b2, n2, _ = gf(cfg)
-    assert b1 == b2 and n1 == n2 == [n for n, _ in param_shapes(FMNIST, cfg)]
+    b1, e1 = gf(cfg)
+    b2, e2 = gf(cfg)
+    assert b1 == b2 and e1 == e2
+    assert [(n, s) for n, _, s in e1] == [(n, tuple(s)) for n, s in param_shapes(FMNIST, cfg)]
+    assert all(gf.offsets[n] == o for n, o, _ in e1)
 
 
 # ---- every backend -------------------------------------------------------------------------

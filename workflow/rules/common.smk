@@ -86,12 +86,25 @@ def stamp(stage, device=None):
     )
 
 
+def timed_here(device):
+    """Whether the device's networks are timed on this machine: not counted (flops), not `remote`."""
+    return not BACKEND_OF[device].analytic and not config["devices"][device].get(
+        "remote"
+    )
+
+
+def timing_threads(wildcards):
+    """A timing job (profile, measure) takes all cores, so nothing runs beside it; one when the device is timed on
+    another machine (`remote`: this machine only waits) or counted."""
+    return workflow.cores if timed_here(wildcards.device) else 1
+
+
 def decision_threads(wildcards):
     """A decision verified on a timed device times networks (docs/method.md D36): all cores, so nothing runs beside
-    it; one on an analytic device (flops: counted, not timed) or with verify.max_rounds 0.
+    it; one on an analytic or remote device, or with verify.max_rounds 0.
     """
-    timed = not BACKEND_OF[wildcards.device].analytic
-    return workflow.cores if timed and config["verify"]["max_rounds"] > 0 else 1
+    verified = config["verify"]["max_rounds"] > 0
+    return workflow.cores if timed_here(wildcards.device) and verified else 1
 
 
 def unaries_of(wildcards):

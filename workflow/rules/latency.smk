@@ -44,7 +44,7 @@ rule profile:
     priority: 150
     conda:
         "../../envs/aows.yaml"
-    threads: workflow.cores
+    threads: timing_threads
     resources:
         mem_mb=4000,
         runtime=60,

@@ -21,7 +21,7 @@ rule measure:
         "results/benchmarks/measure_{device}.tsv"
     conda:
         "../../envs/aows.yaml"
-    threads: workflow.cores
+    threads: timing_threads
     resources:
         mem_mb=4000,
         runtime=60,
