@@ -78,6 +78,12 @@ def run_timed(run: Callable, repeats: int, warmup: int, min_time_s: float):
     return ns / 1e6, float(ns.sum()) / 1e9
 
 
+def alternate(runs: list, counts: list, warmup: int, chunks: int) -> list:
+    """[[each run's result] per chunk]: the runs timed in `chunks` alternating chunks, run k as run(n_k, warmup,
+    seconds_k) for counts[k] = (n_k, seconds_k) — a paired measurement (a network and the reference, D27)."""
+    return [[run(n, warmup, t) for run, (n, t) in zip(runs, counts)] for _ in range(chunks)]
+
+
 def _import(name: str):
     """The module `name`, or a WorkerError naming the command that installs it on this machine."""
     try:
@@ -290,15 +296,24 @@ class Worker:
             self.nets[self.next_id] = run
             return {"ok": True, "net": self.next_id, "build_s": time.perf_counter() - t0}
         if op == "time":
-            run = self.nets.get(req.get("net"))
-            if run is None:
-                raise WorkerError(f"no network {req.get('net')!r} is loaded")
+            run = self._net(req.get("net"))
             ms, timed = run_timed(run, int(req["repeats"]), int(req.get("warmup", 0)), float(req.get("min_time_s", 0)))
             return {"ok": True, "ms": ms.tolist(), "timed_s": timed}
+        if op == "paired":  # the chunks in one request: nothing wakes this machine between them
+            runs = [self._net(n) for n in req["nets"]]
+            timed = [lambda n, w, t, run=run: run_timed(run, n, w, t) for run in runs]
+            chunks = alternate(timed, req["counts"], int(req.get("warmup", 0)), int(req["chunks"]))
+            return {"ok": True, "ms": [[ms.tolist() for ms, _ in c] for c in chunks],
+                    "timed_s": sum(t for c in chunks for _, t in c)}
         if op == "close":
             self.nets.pop(req.get("net"), None)
             return {"ok": True}
         raise WorkerError(f"unknown request {op!r}")
+
+    def _net(self, net: Any) -> Callable:
+        if net not in self.nets:
+            raise WorkerError(f"no network {net!r} is loaded")
+        return self.nets[net]
 
     def hello(self, req: dict[str, Any]) -> dict[str, Any]:
         """Check the workstation's version, start the runtime and report this side's fingerprint."""

@@ -8,6 +8,7 @@ time. Sessions go round-robin over the variants (`--sessions` rounds), so the ma
 alike; the summary gives each variant's median and [min, max] over its sessions.
 
     PYTHONPATH=. python bench/bench_runtimes.py --sessions 2
+    PYTHONPATH=. python bench/bench_runtimes.py --ssh "ssh -p 2222 127.0.0.1" --variants onnxruntime onnxruntime-ssh
     PYTHONPATH=. python bench/bench_runtimes.py --variants onnxruntime onnxruntime-remote --quick
 """
 
@@ -51,11 +52,21 @@ def spread(values: list[float], scale: float = 1.0, fmt: str = ".2f") -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS),
+                    choices=[*VARIANTS, "onnxruntime-ssh", "openvino-ssh"])
+    ap.add_argument("--ssh", help="an ssh command prefix to a machine that sees this folder (localhost): adds the "
+                                  "variants onnxruntime-ssh and openvino-ssh")
     ap.add_argument("--sessions", type=int, default=2, help="rounds over the variants")
     ap.add_argument("--quick", action="store_true", help="a small space and few networks: checks that it runs")
     ap.add_argument("--json", help="write every session's figures here")
     args = ap.parse_args()
+    if args.ssh:
+        for runtime in ("onnxruntime", "openvino"):
+            VARIANTS[f"{runtime}-ssh"] = {"backend": runtime, "remote": args.ssh,
+                                          "worker": f"env PYTHONPATH={ROOT} {sys.executable} -m aows_worker"}
+    missing = [v for v in args.variants if v not in VARIANTS]
+    if missing:
+        ap.error(f"{missing} need --ssh")
     cfg = bench_config(args.quick)
     rows = []
     with tempfile.TemporaryDirectory() as d:

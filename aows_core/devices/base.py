@@ -24,7 +24,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 import numpy as np
 
 # One timing loop and one description of a machine, shared with the timing worker (the remote side of a device).
-from aows_worker import MAX_REPEAT_FACTOR, cpu_model, host_fingerprint, timed_loop  # noqa: F401
+from aows_worker import MAX_REPEAT_FACTOR, alternate, cpu_model, host_fingerprint, timed_loop  # noqa: F401
 
 from ..config import Backend, register_backend, unregister_backend
 from ..space import SearchSpace
@@ -93,11 +93,11 @@ class Timer:
 
     def __init__(self, run: Callable[[int, int, float], tuple[np.ndarray, float]],
                  close: Callable[[], None] | None = None):
-        self._run, self._close, self.timed_s = run, close, 0.0
+        self.run, self._close, self.timed_s = run, close, 0.0
 
     def __call__(self, repeats: int, warmup: int, min_time_s: float) -> np.ndarray:
         """Time the network; `run` returns the values and the seconds spent in timed passes."""
-        values, timed = self._run(repeats, warmup, min_time_s)
+        values, timed = self.run(repeats, warmup, min_time_s)
         self.timed_s += float(timed)
         return np.asarray(values, dtype=np.float64).reshape(-1)
 
@@ -195,13 +195,18 @@ class Device:
         t0 = time.perf_counter()
         timers = [self.open(channels, job), self.open(reference, job)]
         try:
-            chunked = [[t(n, warmup, s) for t, (n, s) in zip(timers, counts)] for _ in range(chunks)]
+            chunked = self._alternate(timers, counts, warmup, chunks)
         finally:
             for t in timers:
                 t.close()
         timed = sum(t.timed_s for t in timers)
         return PairedMeasurement([c[0] for c in chunked], [c[1] for c in chunked], timed,
                                  max(time.perf_counter() - t0 - timed, 0.0))
+
+    def _alternate(self, timers: list["Timer"], counts: list[tuple[int, float]], warmup: int,
+                   chunks: int) -> list[list[np.ndarray]]:
+        """[[each timer's values] per chunk], the timers in `chunks` alternating chunks."""
+        return alternate(timers, counts, warmup, chunks)
 
     def close(self) -> None:
         """Release what the device holds (sessions, pools)."""

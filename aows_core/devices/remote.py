@@ -196,7 +196,17 @@ class Remote:
             if self.channel.proc is not None and self.channel.proc.poll() is None:
                 self.channel.request({"op": "close", "net": net}, f"releasing {what}")
 
+        run.net, run.what = net, what
         return run, close
+
+    def alternate(self, runs: list, counts: list, warmup: int, chunks: int) -> list:
+        """A paired measurement in one request (aows_worker.alternate on the device): [[each run's ms] per chunk]."""
+        import numpy as np
+
+        r = self.channel.request({"op": "paired", "nets": [run.net for run in runs], "warmup": warmup,
+                                  "chunks": chunks, "counts": [[int(n), float(t)] for n, t in counts]},
+                                 f"timing {runs[0].what} beside {runs[-1].what}")
+        return [[np.asarray(ms, dtype=np.float64) for ms in chunk] for chunk in r["ms"]]
 
     def close(self) -> None:
         """Stop the worker."""

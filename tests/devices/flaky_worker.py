@@ -1,5 +1,6 @@
 """The real timing worker, made to die: test infrastructure for tests/devices/test_remote.py, started as the
-device's `worker` command. It logs every network it builds (`load`) and every timing request (`time`) to LOG, and
+device's `worker` command. It logs every network it builds (`load`) and every timing request (`time`: one timing or a
+paired measurement) to LOG, and
 exits abruptly, as a killed worker or a dropped connection would, at the FIRST-th timing request of all its
 incarnations, then each THEN timing requests after its last death; at most DEATHS times (counted in LOG), after
 which it serves to the end.
@@ -17,10 +18,11 @@ handle = aows_worker.Worker.handle
 
 
 def dying(self, req):
-    if req.get("op") in ("load", "time"):
+    op = {"load": "load", "time": "time", "paired": "time"}.get(req.get("op"))
+    if op:
         with open(log, "a") as f:
-            f.write(req["op"] + "\n")
-    if req.get("op") == "time":
+            f.write(op + "\n")
+    if op == "time":
         with open(log) as f:
             events = f.read().split()
         died = events.count("died")
