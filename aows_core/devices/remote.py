@@ -19,6 +19,9 @@ from typing import Any
 import aows_worker
 
 
+CONNECT_TIMEOUT_S = 120.0  # seconds to reach the worker and start its runtime (an ssh asking for a password waits)
+
+
 class WorkerLost(RuntimeError):
     """The worker died or closed its end of the channel."""
 
@@ -159,7 +162,7 @@ class Remote:
         self.channel.start()
         what = f"connecting to the timing worker ({shlex.join(self.channel.command)})"
         try:
-            reply = self.channel.request(self.hello, what)
+            reply = self.channel.request(self.hello, what, min(self.channel.timeout_s, CONNECT_TIMEOUT_S))
         except WorkerRefused as e:
             self.channel.close()
             if e.kind == "version":
