@@ -18,7 +18,6 @@ from typing import Any
 
 import aows_worker
 
-
 CONNECT_TIMEOUT_S = 120.0  # seconds to reach the worker and start its runtime (an ssh asking for a password waits)
 
 
