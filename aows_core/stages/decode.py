@@ -66,4 +66,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         print(f"{r['method']} @ {r['target']} ({r['target_ms']:.4g} {r['unit']}): {r['channels']} predicted "
               f"{r['predicted_latency_ms']:.4g}, Σδ {r['objective']:.4g}, γ {r['gamma']:.3g}, gap {r['gap']:.3g}"
               f"{' (exact)' if r['exact'] else ''}")
+        if r["gamma"] == 0:
+            print(f"  {r['target']} does not bind (γ = 0): the network of least Σδ the supernet knows runs at "
+                  f"{r['predicted_latency_ms']:.4g} {r['unit']}, under the target, so every looser target decides it "
+                  f"too; targets that tell networks apart lie below it")
     print_verification(getattr(args, "out", None))

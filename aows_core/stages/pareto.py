@@ -131,6 +131,14 @@ def proxy_scores(prox: list[dict[str, Any]]) -> dict[str, list[float]]:
     return out
 
 
+def shared_networks(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """[(method, its targets)] for every network one method decided for more than one target."""
+    by_net: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+    for r in rows:
+        by_net.setdefault((r["method"], tuple(r["channels"])), []).append(r["target"])
+    return [(m, ts) for (m, _), ts in by_net.items() if len(ts) > 1]
+
+
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     from pathlib import Path
 
@@ -138,6 +146,10 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     from ..report import summary_markdown
 
     print(summary_markdown(rows))
+    shared = shared_networks(rows)
+    if shared:
+        print("One network for several targets (the looser ones do not bind, or a coarse grid: uniform's multipliers): "
+              + "; ".join(f"{m} at {', '.join(ts)}" for m, ts in shared))
     meta = artifacts.read_table(Path(args.out).with_suffix(".parquet"), "pareto")[1]
     for message in (meta.get("comparison_message"), meta.get("ranking_message")):
         if message:

@@ -225,3 +225,21 @@ def test_decisions_carry_the_width_signal_and_say_when_there_is_none(small, tmp_
     assert (dmeta["width_signal_note"] is not None) == warned
     stage.report(out, argparse.Namespace())
     assert ("no width signal detectable" in capsys.readouterr().out) == warned
+
+
+def test_a_target_that_does_not_bind_is_said(small, tmp_path, capsys):
+    """A target above the least-Σδ network's latency (γ = 0) decides that network whatever the target: the report
+    says so (a regression: on an OpenVINO device two `range:` targets decided one network and nothing said it)."""
+    import argparse
+
+    from aows_core.stages import decode as stage
+
+    write_lut(small, tmp_path / "lut.parquet")
+    write_unaries(small, tmp_path / "u.parquet", np.random.default_rng(4))
+    out = decode(validate(SMALL), "cpu", "ows", tmp_path / "u.parquet", tmp_path / "lut.parquet",
+                 ["range:0.05", "range:1.0"], tmp_path / "d.parquet")
+    stage.report(out, argparse.Namespace())
+    said = capsys.readouterr().out
+    loose = next(r for r in out if r["target"] == "range:1.0")
+    assert loose["gamma"] == 0 and "range:1.0 does not bind (γ = 0)" in said
+    assert ("range:0.05 does not bind" in said) == (next(r for r in out if r["target"] == "range:0.05")["gamma"] == 0)

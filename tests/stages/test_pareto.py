@@ -132,3 +132,14 @@ def test_a_missing_finalist_is_named(tmp_path):
     rpaths = _write_inputs(tmp_path)
     with pytest.raises(io.ArtifactError, match="no retraining result"):
         pareto.results_table("cpu", tmp_path / "measure.parquet", rpaths[1:], None, SPACE)
+
+
+def test_shared_networks_names_the_targets_one_method_decided_alike():
+    from aows_core.stages.pareto import shared_networks
+
+    rows = [{"method": "ows", "target": "range:0.1", "channels": [8, 16]},
+            {"method": "ows", "target": "range:0.25", "channels": [16, 32]},
+            {"method": "ows", "target": "range:0.4", "channels": [16, 32]},
+            {"method": "uniform", "target": "range:0.25", "channels": [16, 32]},
+            {"method": "uniform", "target": "range:0.4", "channels": [12, 24]}]
+    assert shared_networks(rows) == [("ows", ["range:0.25", "range:0.4"])]
