@@ -25,6 +25,7 @@ from typing import Any, Callable
 VERSION = "0.3.0/1"  # aows's version / the protocol's: the workstation refuses a worker of another
 MAX_MESSAGE = 256 << 20  # bytes of one request line; a longer one is refused and skipped
 MAX_REPEAT_FACTOR = 20
+GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")  # ONNX Runtime providers that compute on a GPU
 POOL_FILE = "aows-timing-pool"  # the external-data file an ONNX graph of the timing factory names
 INSTALL = {
     "numpy": "python3 -m pip install --user numpy",
@@ -141,7 +142,6 @@ class OnnxRuntime(Runtime):
     input and output bound once (IOBinding), sequential execution, denormals flushed."""
 
     name = "onnxruntime"
-    LEVELS = ("disable", "basic", "extended", "all")
 
     def __init__(self, options: dict[str, Any]):
         super().__init__(options)
@@ -160,7 +160,7 @@ class OnnxRuntime(Runtime):
             trt.setdefault("trt_engine_cache_enable", "True")
             trt.setdefault("trt_engine_cache_path", tempfile.mkdtemp(prefix="aows-trt-"))
         # Inputs and outputs live where the first provider computes (a GPU's memory for CUDA and TensorRT).
-        self.io_device = "cuda" if self.providers[0] in ("CUDAExecutionProvider", "TensorrtExecutionProvider") else "cpu"
+        self.io_device = "cuda" if self.providers[0] in GPU_PROVIDERS else "cpu"
         self._values: dict[tuple[str, int, tuple[int, ...]], Any] = {}
 
     def setup(self, pool, x, output_shape) -> None:
@@ -244,10 +244,9 @@ class OpenVino(Runtime):
     def config(self) -> dict[str, Any]:
         """The compile configuration the device's settings name."""
         o = self.options
-        precision = {"f32": "f32", "bf16": "bf16", "f16": "f16"}[o.get("inference_precision", "f32")]
         return {"PERFORMANCE_HINT": str(o.get("performance_hint", "LATENCY")),
                 "INFERENCE_NUM_THREADS": int(o.get("threads", 1)), "NUM_STREAMS": 1,
-                "INFERENCE_PRECISION_HINT": precision}
+                "INFERENCE_PRECISION_HINT": str(o.get("inference_precision", "f32"))}
 
     def fingerprint(self) -> dict[str, Any]:
         return {**super().fingerprint(), "openvino": self.ov.__version__, "ov_device": self.target,
@@ -303,8 +302,7 @@ class Worker:
             runs = [self._net(n) for n in req["nets"]]
             timed = [lambda n, w, t, run=run: run_timed(run, n, w, t) for run in runs]
             chunks = alternate(timed, req["counts"], int(req.get("warmup", 0)), int(req["chunks"]))
-            return {"ok": True, "ms": [[ms.tolist() for ms, _ in c] for c in chunks],
-                    "timed_s": sum(t for c in chunks for _, t in c)}
+            return {"ok": True, "ms": [[ms.tolist() for ms, _ in c] for c in chunks]}
         if op == "close":
             self.nets.pop(req.get("net"), None)
             return {"ok": True}

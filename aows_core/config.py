@@ -189,13 +189,12 @@ def backends() -> dict[str, Backend]:
     return schema_backends(load_schema())
 
 
-GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
-
-
 def device_backends(config: Mapping[str, Any]) -> dict[str, Backend]:
     """The backend of each configured device (a validated config's `devices`), by device name; `gpu` as the device
     uses it here: none when it is timed on another machine (`remote`), one for ONNX Runtime's CUDA or TensorRT
     provider."""
+    from aows_worker import GPU_PROVIDERS
+
     declared = backends()
     out = {}
     for device, spec in config["devices"].items():

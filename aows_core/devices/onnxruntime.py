@@ -20,10 +20,9 @@ created and reused for all of that network's timed passes.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any
 
 from ..nets.onnx import INPUT, IR_VERSION, OPSET, OUTPUT, onnx_from_weights  # noqa: F401 (re-exported)
-from ..space import SearchSpace
 from .base import INTER_OP_THREADS, THREADS, Setting, register
 from .runtime import REMOTE, TIMEOUT, TIMING_FORM, WORKER, GraphFactory, RuntimeDevice  # noqa: F401 (re-exported)
 
@@ -51,17 +50,14 @@ class OnnxRuntime(RuntimeDevice):
     # The providers and their options enter the fingerprint as the runtime reports them (`provider`).
     untracked = (*RuntimeDevice.untracked, "providers", "provider_options")
 
-    def __init__(self, spec: Mapping[str, Any], space: SearchSpace, seed: int = 0):
-        self.inter_op_threads = int(dict(spec).get("inter_op_threads", 1))
-        if self.inter_op_threads < 1:
+    def options(self) -> dict[str, Any]:
+        """aows_worker.OnnxRuntime's options from the settings, checked before the runtime starts (provider_options
+        must be a JSON object by provider)."""
+        inter_op, level = int(self.spec["inter_op_threads"]), self.spec["graph_optimization"]
+        if inter_op < 1:
             raise ValueError(f"device {self.name!r}: inter_op_threads must be ≥ 1")
-        level = dict(spec).get("graph_optimization", "all")
         if level not in GRAPH_OPT_LEVELS:
             raise ValueError(f"onnxruntime: graph_optimization must be one of {list(GRAPH_OPT_LEVELS)}, got {level!r}")
-        super().__init__(spec, space, seed)
-
-    def options(self) -> dict[str, Any]:
-        """aows_worker.OnnxRuntime's options from the settings (provider_options must be a JSON object by provider)."""
         providers = [p.strip() for p in str(self.spec["providers"]).split(",") if p.strip()]
         raw = str(self.spec["provider_options"]).strip()
         try:
@@ -74,9 +70,8 @@ class OnnxRuntime(RuntimeDevice):
         unknown = sorted(set(options) - set(providers))
         if unknown:
             raise ValueError(f"device {self.name!r}: provider_options names {unknown}, not among providers {providers}")
-        return {"threads": self.threads, "inter_op_threads": self.inter_op_threads,
-                "graph_optimization": self.spec["graph_optimization"], "providers": providers,
-                "provider_options": options}
+        return {"threads": self.threads, "inter_op_threads": inter_op, "graph_optimization": level,
+                "providers": providers, "provider_options": options}
 
     def session(self, channels):
         """An InferenceSession (in this process) of the timing graph of `channels`."""

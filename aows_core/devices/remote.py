@@ -201,14 +201,19 @@ class Remote:
         run.net, run.what = net, what
         return run, close
 
-    def alternate(self, runs: list, counts: list, warmup: int, chunks: int) -> list:
-        """A paired measurement in one request (aows_worker.alternate on the device): [[each run's ms] per chunk]."""
+    def alternate(self, timers: list, counts: list, warmup: int, chunks: int) -> list:
+        """A paired measurement in one request (aows_worker.alternate on the device), so that nothing wakes the
+        device between its chunks: [[each timer's ms] per chunk], each timer's timed seconds counted."""
         import numpy as np
 
+        runs = [t.run for t in timers]
         r = self.channel.request({"op": "paired", "nets": [run.net for run in runs], "warmup": warmup,
                                   "chunks": chunks, "counts": [[int(n), float(t)] for n, t in counts]},
                                  f"timing {runs[0].what} beside {runs[-1].what}")
-        return [[np.asarray(ms, dtype=np.float64) for ms in chunk] for chunk in r["ms"]]
+        chunked = [[np.asarray(ms, dtype=np.float64) for ms in chunk] for chunk in r["ms"]]
+        for k, t in enumerate(timers):
+            t.timed_s += sum(float(c[k].sum()) for c in chunked) / 1e3
+        return chunked
 
     def close(self) -> None:
         """Stop the worker."""

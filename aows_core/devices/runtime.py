@@ -116,6 +116,11 @@ class Local:
         run = self.runtime.load(model, externals)
         return (lambda repeats, warmup, min_time_s: aows_worker.run_timed(run, repeats, warmup, min_time_s)), None
 
+    def alternate(self, timers: list[Timer], counts: list[tuple[int, float]], warmup: int,
+                  chunks: int) -> list[list[np.ndarray]]:
+        """The timers in alternating chunks, back to back in this process."""
+        return aows_worker.alternate(timers, counts, warmup, chunks)
+
     def close(self) -> None:
         """Nothing is held beyond the runtime."""
 
@@ -165,14 +170,8 @@ class RuntimeDevice(Device):
 
     def _alternate(self, timers: list[Timer], counts: list[tuple[int, float]], warmup: int,
                    chunks: int) -> list[list[np.ndarray]]:
-        """Remote: the whole paired measurement in one request, so that nothing wakes the device between its chunks
-        (in this process the chunks run back to back already)."""
-        if not self.remote:
-            return super()._alternate(timers, counts, warmup, chunks)
-        chunked = self.backend.alternate([t.run for t in timers], counts, warmup, chunks)
-        for k, t in enumerate(timers):
-            t.timed_s += sum(float(c[k].sum()) for c in chunked) / 1e3
-        return chunked
+        """The paired measurement's chunks, as the backend runs them (remote: in one request)."""
+        return self.backend.alternate(timers, counts, warmup, chunks)
 
     def measure(self, *args: Any, **kwargs: Any):
         return self._again_if_lost(super().measure, *args, **kwargs)

@@ -3,24 +3,13 @@ onnxruntime-gpu) TensorRT engines built once per network and a width-resolved ti
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
+from test_remote import FMNIST, remote
 
 from aows_core.config import device_backends, validate
 from aows_core.devices import get_device
 from aows_core.devices.remote import WorkerRefused
-from aows_core.space import get_space
-
-FMNIST = get_space("mobilenet_v1_fmnist")
-HERE = f"env PYTHONPATH={os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}"
-
-
-def remote(backend, **kw):
-    import sys
-
-    return {"backend": backend, "remote": HERE, "worker": f"{sys.executable} -m aows_worker", **kw}
 
 
 def test_an_unavailable_provider_is_refused_naming_the_available_ones():
@@ -34,7 +23,6 @@ def test_an_unavailable_provider_is_refused_naming_the_available_ones():
         get_device({"backend": "onnxruntime", "provider_options": "{trt_fp16_enable: 1}"}, FMNIST, 0)
     with pytest.raises(ValueError, match="not among providers"):
         get_device({"backend": "onnxruntime", "provider_options": '{"CUDAExecutionProvider": {}}'}, FMNIST, 0)
-
 
 
 def test_gpu_placement_follows_where_the_device_times():
