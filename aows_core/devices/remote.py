@@ -147,7 +147,12 @@ class Remote:
 
     def __init__(self, remote: str, worker: str, timeout_s: float, runtime: str, options: dict[str, Any], pool, x,
                  output_shape):
-        self.channel = Channel(shlex.split(remote) + shlex.split(worker), timeout_s)
+        try:
+            command = shlex.split(remote) + shlex.split(worker)
+        except ValueError as e:
+            raise ValueError(f"the device's remote {remote!r} and worker {worker!r} are not a command line ({e}); "
+                             f"quote them as a shell would") from None
+        self.channel = Channel(command, timeout_s)
         self.hello = {"op": "hello", "version": aows_worker.VERSION, "runtime": runtime, "options": options}
         self.setup = {"op": "setup", "pool": base64.b64encode(pool.tobytes()).decode(),
                       "input": base64.b64encode(x.tobytes()).decode(), "input_shape": list(x.shape),

@@ -106,6 +106,11 @@ def test_a_runtime_missing_on_the_device_is_refused_naming_the_install_command(b
     assert e.value.kind == "runtime" and f"python3 -m pip install --user {backend}" in str(e.value)
 
 
+def test_a_remote_command_that_is_not_a_command_line_is_refused_naming_it():
+    with pytest.raises(ValueError, match="are not a command line .*No closing quotation"):
+        get_device(remote("onnxruntime", prefix="ssh 'pi@jetson"), FMNIST, 0)
+
+
 def test_a_backend_without_a_worker_runtime_refuses_remote():
     with pytest.raises(ValueError, match="cannot time on another machine.*onnxruntime"):
         get_device({"backend": "torch-cpu", "remote": "ssh pi@jetson"}, FMNIST, 0)
