@@ -840,7 +840,7 @@ class VerifySettings(Section):
     name: ClassVar[str] = "verify"
     max_rounds: int = 8
     tolerance: float = 0.025
-    rounds: int = 3
+    rounds: int = 5
     weight: int = 20
 
 

@@ -344,12 +344,14 @@ KINDS: dict[str, Kind] = {
             "unaries_meta": "aows, ows: the unaries' metadata",
             "width_signal_note": "aows, ows: a note when no width signal is detectable (else null)",
             "trajectory_meta": "greedy: the trajectory's metadata",
-            "verification": "D36: `verified`, `settings`, and per target `converged` (within the tolerance, on an "
-                            "interval no wider than it), the last timing's relative half-`interval`, "
-                            "`networks_timed`, the verified table `lut` (one value per latency variable) and the "
-                            "`trace` (per round: `channels`, `predicted_ms`, `measured_ms` — the median over its "
-                            "timings — `measured_lo_ms` and `measured_hi_ms` their range, `timing_rounds`, "
-                            "`rel_error`, `timed`), or `reason` when not verified",
+            "verification": "D36: `verified`, `settings`, and per target `target_ms`, `converged` (within the "
+                            "tolerance, on an interval no wider than it, its top meeting the target), `meets_target` "
+                            "(the last timing's slowest round meets the target), the last timing's relative "
+                            "half-`interval`, `networks_timed`, the verified table `lut` (one value per latency "
+                            "variable) and the `trace` (per round: `channels`, `aim_ms` the latency decided for, "
+                            "`predicted_ms`, `measured_ms` — the median over its timings — `measured_lo_ms` and "
+                            "`measured_hi_ms` their range, `timing_rounds`, `rel_error`, `meets_target`, `timed`, "
+                            "`stopped` when no network met the aim), or `reason` when not verified",
         },
     ),
     "greedy_trajectory": Kind(

@@ -1,5 +1,6 @@
 """Verification of a decision on its device (docs/method.md D36): time the decided network, refit the table with
-its timing, decide again, until the decided network's timing confirms its prediction.
+its timing, decide again, until the decided network's timing confirms its prediction and its interval meets the
+target.
 
 The decoder seeks the fastest-looking networks, so a decision lands where the table errs low more often than a
 random network does (eq. lat's error is selected, not averaged). Profiling times random networks; this loop times
@@ -25,7 +26,8 @@ Channels = tuple[int, ...]
 @dataclass(frozen=True)
 class Timing:
     """A decided network's timing (D36): the median over its rounds and their range, an interval that holds the
-    median with probability 1 − 2^(1−n) over n rounds (75 % at 3, 94 % at 5)."""
+    median with probability 1 − 2^(1−n) over n rounds (75 % at 3, 94 % at 5); its top `hi` is over the median with
+    probability 1 − 2^−n (97 % at 5), the bound a decision must meet its target by."""
 
     ms: float
     lo: float
@@ -44,26 +46,30 @@ class Timing:
 
 
 def verify_decision(
-    decide: Callable[[np.ndarray], dict[str, Any]],
+    decide: Callable[[np.ndarray, float], dict[str, Any]],
     time_network: Callable[[Sequence[int]], Timing],
     refit: Callable[[Mapping[Channels, float]], np.ndarray],
     x0: np.ndarray,
     *,
+    target_ms: float,
     tolerance: float,
     max_rounds: int,
 ) -> tuple[dict[str, Any], np.ndarray, list[dict[str, Any]]]:
-    """Decide on `x0`, time the decided network; while its timing differs from its prediction by more than
-    `tolerance` (relative), refit on every timing so far and decide again — at most `max_rounds` refits, so at most
-    `max_rounds` + 1 networks timed.
+    """Decide on `x0` at `target_ms`, time the decided network; until its timing confirms its prediction within
+    `tolerance` (relative) and the top of its interval meets the target, refit on every timing so far and decide
+    again — at most `max_rounds` refits, so at most `max_rounds` + 1 networks timed. A network predicted within the
+    tolerance whose interval reaches over the target makes the next decision aim under its prediction by that
+    overshoot (`aim_ms`: prediction × target ÷ interval's top, so that a network the table errs on as much lands
+    within the target); one predicted worse is left to the refit.
 
     Returns the final decision (its `predicted_latency_ms` from the final table), that table, and one trace row per
-    round: the decided channels, predicted and measured latency (the median over the timing's rounds, their range
-    and count), relative error predicted ÷ measured − 1, and whether the network was timed in that round (else it
-    was timed in an earlier one). The final decision's
-    network is always timed: the last trace row says how far it lands. When a refit leaves no network meeting the
-    target, the decision before it stands and its trace row says so (`stopped`)."""
-    x, timed, trace = np.asarray(x0, dtype=np.float64), {}, []
-    row = decide(x)
+    round: the decided channels, the latency aimed at, predicted and measured latency (the median over the timing's
+    rounds, their range and count), relative error predicted ÷ measured − 1, whether the interval's top meets the
+    target, and whether the network was timed in that round (else in an earlier one). The final decision's network is
+    always timed: the last trace row says how far it lands. When a refit leaves no network meeting the aim, the
+    decision before it stands and its trace row says so (`stopped`)."""
+    x, aim, timed, trace = np.asarray(x0, dtype=np.float64), float(target_ms), {}, []
+    row = decide(x, aim)
     for k in range(max_rounds + 1):
         c = tuple(int(v) for v in row["channels"])
         new = c not in timed
@@ -71,18 +77,20 @@ def verify_decision(
             timed[c] = time_network(list(c))
         t = timed[c]
         err = row["predicted_latency_ms"] / t.ms - 1.0
-        trace.append({"round": k, "channels": list(c), "predicted_ms": float(row["predicted_latency_ms"]),
+        accurate, meets = abs(err) <= tolerance, t.hi <= target_ms
+        trace.append({"round": k, "channels": list(c), "aim_ms": aim, "predicted_ms": float(row["predicted_latency_ms"]),
                       "measured_ms": t.ms, "measured_lo_ms": t.lo, "measured_hi_ms": t.hi, "timing_rounds": t.rounds,
-                      "rel_error": float(err), "timed": new})
-        if abs(err) <= tolerance or k == max_rounds:
+                      "rel_error": float(err), "meets_target": meets, "timed": new})
+        if (accurate and meets) or k == max_rounds:
             break
         x_new = refit({n: v.ms for n, v in timed.items()})
+        aim_new = min(aim, row["predicted_latency_ms"] * target_ms / t.hi) if accurate else aim
         try:
-            row_new = decide(x_new)
-        except InfeasibleTarget as e:  # the device is slower than the table said: no network meets the target now
-            trace[-1]["stopped"] = f"no network meets the target under the refitted table ({e})"
+            row_new = decide(x_new, aim_new)
+        except InfeasibleTarget as e:  # the device is slower than the table said: no network meets the aim now
+            trace[-1]["stopped"] = f"no network meets the target (aiming at {aim_new:.4g}) under the refitted table ({e})"
             break
-        x, row = x_new, row_new
+        x, row, aim = x_new, row_new, aim_new
     return row, x, trace
 
 

@@ -42,23 +42,28 @@ def table():
     return cfg, space, dev, sets, chosen.x
 
 
-def _ows(space, target):
+def _ows(space):
     """The decoder (eq. lagrange) under unaries where wider is better: it seeks the fastest-looking networks."""
     rng = np.random.default_rng(0)
     u = [(len(c) - np.arange(len(c))) * 0.1 + rng.normal(0, 0.02, len(c)) for c in space.choices]
-    return lambda x: decide(space, u, DeviceTable(x, "ms", device="synth"), [target], method="ows")[0]
+    return lambda x, aim: decide(space, u, DeviceTable(x, "ms", device="synth"), [f"{aim:.12f}ms"], method="ows")[0]
 
 
-def _verify(table, target, **kw):
+def _target(space, x0, r):
+    return resolve_target(f"range:{r}", space, x0, "ms")
+
+
+def _verify(table, target, spread=0.0, **kw):
+    """verify_decision with timings of three rounds at the true latency × (1 − spread, 1, 1 + spread)."""
     cfg, space, dev, sets, x0 = table
     timings = []
 
     def time_network(c):
         timings.append(list(c))
-        return Timing.of([dev.true_latency(c)])
+        return Timing.of([dev.true_latency(c) * (1 + s) for s in (-spread, 0.0, spread)])
 
     refit = lambda timed: refit_with(space, sets, timed, cfg.lut, 20)  # noqa: E731
-    row, x, trace = verify_decision(_ows(space, target), time_network, refit, x0, **kw)
+    row, x, trace = verify_decision(_ows(space), time_network, refit, x0, target_ms=target, **kw)
     return row, x, trace, timings
 
 
@@ -79,17 +84,45 @@ def test_verification_ends_on_a_network_whose_timing_confirms_its_prediction(tab
     cfg, space, dev, sets, x0 = table
     missed = []
     for r in (0.3, 0.5, 0.7, 0.9):
-        target = f"{resolve_target(f'range:{r}', space, x0, 'ms'):.9f}ms"
-        missed.append(abs(_ows(space, target)(x0)["predicted_latency_ms"] /
-                          dev.true_latency(_ows(space, target)(x0)["channels"]) - 1))
+        target = _target(space, x0, r)
+        first = _ows(space)(x0, target)
+        missed.append(abs(first["predicted_latency_ms"] / dev.true_latency(first["channels"]) - 1))
         row, x, trace, timings = _verify(table, target, tolerance=0.025, max_rounds=6)  # verify.tolerance's default
         last = trace[-1]
         assert last["channels"] == row["channels"] and abs(last["rel_error"]) <= 0.025
+        assert last["meets_target"] and dev.true_latency(row["channels"]) <= target
         assert row["predicted_latency_ms"] == pytest.approx(last["predicted_ms"])
         assert last["measured_ms"] == pytest.approx(dev.true_latency(row["channels"]))
-        assert row == _ows(space, target)(x)
+        assert row == _ows(space)(x, last["aim_ms"])
         assert len(timings) == len({tuple(c) for c in timings}) == sum(t["timed"] for t in trace)
     assert max(missed) > 0.025
+
+
+def test_a_decision_is_accepted_only_when_its_interval_meets_the_target(table):
+    """Timings that spread ±2 %: a decision ends accepted (predicted within the tolerance) only on a network whose
+    slowest round meets the target; the aim drops only after a pick predicted within the tolerance reached over it,
+    to its prediction × target ÷ its interval's top. Accepting on the prediction alone (the interval ignored, as
+    before) would have kept a network with rounds over the target."""
+    cfg, space, dev, sets, x0 = table
+    over, accepted = 0, 0
+    for r in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
+        target = _target(space, x0, r)
+        row, x, trace, _ = _verify(table, target, spread=0.02, tolerance=0.025, max_rounds=8)
+        last = trace[-1]
+        assert last["measured_hi_ms"] == pytest.approx(dev.true_latency(row["channels"]) * 1.02)
+        assert last["meets_target"] == (last["measured_hi_ms"] <= target)
+        accepted += abs(last["rel_error"]) <= 0.025
+        if abs(last["rel_error"]) <= 0.025:
+            assert last["meets_target"] and "stopped" not in last
+        if "stopped" not in last:
+            assert row == _ows(space)(x, last["aim_ms"])
+        for a, b in zip(trace, trace[1:]):
+            lowered = abs(a["rel_error"]) <= 0.025 and not a["meets_target"]
+            aim = min(a["aim_ms"], a["predicted_ms"] * target / a["measured_hi_ms"]) if lowered else a["aim_ms"]
+            assert b["aim_ms"] == pytest.approx(aim)
+        blind = next((t for t in trace if abs(t["rel_error"]) <= 0.025), None)  # where the interval-blind loop stops
+        over += blind is not None and blind["measured_hi_ms"] > target
+    assert accepted >= 4 and over > 0
 
 
 def test_verification_stops_after_max_rounds_and_says_it_did_not_converge(table):
@@ -102,13 +135,13 @@ def test_verification_stops_after_max_rounds_and_says_it_did_not_converge(table)
         calls.append(c)
         return Timing.of([2.0 * dev.true_latency(c)])
 
-    target = f"{resolve_target('range:0.5', space, x0, 'ms'):.9f}ms"
-    row, x, trace = verify_decision(_ows(space, target), slow, lambda timed: x0, x0, tolerance=0.01,
+    target = _target(space, x0, 0.5)
+    row, x, trace = verify_decision(_ows(space), slow, lambda timed: x0, x0, target_ms=target, tolerance=0.01,
                                     max_rounds=3)
     assert len(trace) == 4 and len(calls) == 1 and [t["timed"] for t in trace] == [True, False, False, False]
     assert trace[-1]["rel_error"] == pytest.approx(row["predicted_latency_ms"] / (2 * dev.true_latency(row["channels"])) - 1)
     assert trace[-1]["rel_error"] < -0.3
-    row0, _, trace0 = verify_decision(_ows(space, target), slow, lambda timed: x0, x0, tolerance=0.01,
+    row0, _, trace0 = verify_decision(_ows(space), slow, lambda timed: x0, x0, target_ms=target, tolerance=0.01,
                                       max_rounds=0)
     assert len(trace0) == 1 and row0 == row
 
@@ -117,11 +150,11 @@ def test_a_target_the_device_cannot_meet_keeps_the_last_decision_and_says_why(ta
     """Near the bottom of the range the device is slower than the table: after a refit no network meets the pinned
     target; the decision before that refit stands, timed, and the trace says why verification stopped."""
     cfg, space, dev, sets, x0 = table
-    target = f"{resolve_target('range:0.2', space, x0, 'ms'):.9f}ms"
+    target = _target(space, x0, 0.2)
     row, x, trace, timings = _verify(table, target, tolerance=0.01, max_rounds=6)
     assert "no network meets the target" in trace[-1]["stopped"]
     assert trace[-1]["channels"] == row["channels"] and np.array_equal(x, x0) == (len(trace) == 1)
-    assert row == _ows(space, target)(x)
+    assert row == _ows(space)(x, trace[-1]["aim_ms"])
 
 
 def test_a_timing_is_the_median_of_its_rounds_with_their_range():
