@@ -1,6 +1,6 @@
 """Verification of a decision on its device (docs/method.md D36): time the decided network, refit the table with
-its timing, decide again, until the decided network's timing confirms its prediction and its interval meets the
-target.
+its timing, decide again, until the decided network's timing confirms its prediction and its median's upper bound
+meets the target.
 
 The decoder seeks the fastest-looking networks, so a decision lands where the table errs low more often than a
 random network does (eq. lat's error is selected, not averaged). Profiling times random networks; this loop times
@@ -23,26 +23,40 @@ from .fit import fit_table
 Channels = tuple[int, ...]
 
 
+# The level of a timing's upper bound (D36): the slowest of 5 rounds (`verify.rounds`' default) is under the median
+# with probability 2^-5; more rounds keep the level and drop their slowest outliers.
+LEVEL = 2.0 ** -5
+
+
 @dataclass(frozen=True)
 class Timing:
     """A decided network's timing (D36): the median over its rounds and their range, an interval that holds the
-    median with probability 1 − 2^(1−n) over n rounds (75 % at 3, 94 % at 5); its top `hi` is over the median with
-    probability 1 − 2^−n (97 % at 5), the bound a decision must meet its target by."""
+    median with probability 1 − 2^(1−n) over n rounds (75 % at 3, 94 % at 5), and `upper`, the median's upper
+    confidence bound at LEVEL (distribution-free: an order statistic), which a decision must meet its target by."""
 
     ms: float
     lo: float
     hi: float
     rounds: int
+    upper: float
 
     @classmethod
     def of(cls, values: Sequence[float]) -> "Timing":
-        v = np.asarray(values, dtype=np.float64)
-        return cls(float(np.median(v)), float(v.min()), float(v.max()), int(v.size))
+        v = np.sort(np.asarray(values, dtype=np.float64))
+        return cls(float(np.median(v)), float(v[0]), float(v[-1]), int(v.size), float(v[upper_rank(v.size) - 1]))
 
     @property
     def half_width(self) -> float:
         """The interval's half-width relative to the median."""
         return (self.hi - self.lo) / (2 * self.ms)
+
+
+def upper_rank(n: int) -> int:
+    """The least k whose k-th smallest of n rounds is under their median with probability P(Bin(n, ½) ≥ k) ≤ LEVEL;
+    n (the slowest) when none is (fewer than 5 rounds)."""
+    from scipy.stats import binom
+
+    return next((k for k in range(1, n + 1) if binom.sf(k - 1, n, 0.5) <= LEVEL), n)
 
 
 def verify_decision(
@@ -56,18 +70,18 @@ def verify_decision(
     max_rounds: int,
 ) -> tuple[dict[str, Any], np.ndarray, list[dict[str, Any]]]:
     """Decide on `x0` at `target_ms`, time the decided network; until its timing confirms its prediction within
-    `tolerance` (relative) and the top of its interval meets the target, refit on every timing so far and decide
-    again — at most `max_rounds` refits, so at most `max_rounds` + 1 networks timed. A network predicted within the
-    tolerance whose interval reaches over the target makes the next decision aim under its prediction by that
-    overshoot (`aim_ms`: prediction × target ÷ interval's top, so that a network the table errs on as much lands
+    `tolerance` (relative) and its median's upper bound (`Timing.upper`) meets the target, refit on every timing so
+    far and decide again — at most `max_rounds` refits, so at most `max_rounds` + 1 networks timed. A network
+    predicted within the tolerance whose bound is over the target makes the next decision aim under its prediction
+    by that overshoot (`aim_ms`: prediction × target ÷ bound, so that a network the table errs on as much lands
     within the target); one predicted worse is left to the refit.
 
     Returns the final decision (its `predicted_latency_ms` from the final table), that table, and one trace row per
     round: the decided channels, the latency aimed at, predicted and measured latency (the median over the timing's
-    rounds, their range and count), relative error predicted ÷ measured − 1, whether the interval's top meets the
-    target, and whether the network was timed in that round (else in an earlier one). The final decision's network is
-    always timed: the last trace row says how far it lands. When a refit leaves no network meeting the aim, the
-    decision before it stands and its trace row says so (`stopped`)."""
+    rounds, their range, the bound and the count), relative error predicted ÷ measured − 1, whether the bound meets
+    the target, and whether the network was timed in that round (else in an earlier one). The final decision's
+    network is always timed: the last trace row says how far it lands. When a refit leaves no network meeting the
+    aim, the decision before it stands and its trace row says so (`stopped`)."""
     x, aim, timed, trace = np.asarray(x0, dtype=np.float64), float(target_ms), {}, []
     row = decide(x, aim)
     for k in range(max_rounds + 1):
@@ -77,14 +91,15 @@ def verify_decision(
             timed[c] = time_network(list(c))
         t = timed[c]
         err = row["predicted_latency_ms"] / t.ms - 1.0
-        accurate, meets = abs(err) <= tolerance, t.hi <= target_ms
+        accurate, meets = abs(err) <= tolerance, t.upper <= target_ms
         trace.append({"round": k, "channels": list(c), "aim_ms": aim, "predicted_ms": float(row["predicted_latency_ms"]),
-                      "measured_ms": t.ms, "measured_lo_ms": t.lo, "measured_hi_ms": t.hi, "timing_rounds": t.rounds,
+                      "measured_ms": t.ms, "measured_lo_ms": t.lo, "measured_hi_ms": t.hi, "measured_upper_ms": t.upper,
+                      "timing_rounds": t.rounds,
                       "rel_error": float(err), "meets_target": meets, "timed": new})
         if (accurate and meets) or k == max_rounds:
             break
         x_new = refit({n: v.ms for n, v in timed.items()})
-        aim_new = min(aim, row["predicted_latency_ms"] * target_ms / t.hi) if accurate else aim
+        aim_new = min(aim, row["predicted_latency_ms"] * target_ms / t.upper) if accurate else aim
         try:
             row_new = decide(x_new, aim_new)
         except InfeasibleTarget as e:  # the device is slower than the table said: no network meets the aim now

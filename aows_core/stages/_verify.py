@@ -83,7 +83,7 @@ def _verify_targets(settings: Settings, lut: LutFile, latency: tuple[Any, Mappin
                     targets: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """`verify_decision` of each target on the table refitted with the timings of its decided networks (D36)."""
     from ..latency.lut import columns_of, split_sets
-    from ..latency.verify import Timing, refit_with, verify_decision
+    from ..latency.verify import refit_with, verify_decision
 
     space, verify, table = settings.space, settings.verify, lut.table
     sets = split_sets(space, columns_of(latency[0]))  # the rows `fit-lut` fitted on
@@ -104,8 +104,7 @@ def _verify_targets(settings: Settings, lut: LutFile, latency: tuple[Any, Mappin
             lut.x, target_ms=value, tolerance=float(verify.tolerance), max_rounds=int(verify.max_rounds))
         rows.append(row)
         last = trace[-1]
-        interval = Timing(last["measured_ms"], last["measured_lo_ms"], last["measured_hi_ms"],
-                          last["timing_rounds"]).half_width
+        interval = (last["measured_hi_ms"] - last["measured_lo_ms"]) / (2 * last["measured_ms"])
         converged = abs(last["rel_error"]) <= verify.tolerance and interval <= verify.tolerance and last["meets_target"]
         per_target.append({"target": t, "target_ms": value, "converged": converged, "interval": interval,
                            "meets_target": last["meets_target"], "networks_timed": sum(r["timed"] for r in trace),
@@ -167,8 +166,8 @@ def verification_note(meta: Mapping[str, Any]) -> list[str]:
             line += (f" — NOT within the tolerance {100 * tolerance:.1f} % after verify.max_rounds refits; raise it, "
                      f"or see the trace in the decisions file")
         elif not v["meets_target"]:
-            line += (f" — its timings reach {last['measured_hi_ms']:.4g}, over the target {v['target_ms']:.4g}: it may "
-                     f"not meet it when measured" + (f" ({last['stopped']})" if "stopped" in last else ""))
+            line += (f" — its median's upper bound {last['measured_upper_ms']:.4g} is over the target "
+                     f"{v['target_ms']:.4g}: it may not meet it when measured" + (f" ({last['stopped']})" if "stopped" in last else ""))
         elif not v["converged"]:
             line += (f" — its timings spread ±{100 * v['interval']:.1f} %, more than the tolerance: the host was "
                      f"not steady; decide again with the machine idle")
