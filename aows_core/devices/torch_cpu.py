@@ -3,8 +3,8 @@
 Each network is the deployment form of `nets.network.TimingFactory` (BN folded, the form finalists are
 measured in), run under `torch.inference_mode()` on a fixed N(0, 1) input batch of shape
 (B, C, H, W); one sample is `time.perf_counter_ns` around one forward pass. Threads are set here
-(torch.set_num_threads / set_num_interop_threads) and denormals are flushed; the garbage
-collector is paused while timing.
+(torch.set_num_threads / set_num_interop_threads), denormals are flushed and malloc keeps what a pass frees
+(D51); the garbage collector is paused while timing.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from .base import (
     Setting,
     Timer,
     host_fingerprint,
+    keep_freed_memory,
     register,
     timed_loop,
     usable_cores,
 )
 
 # Bump when the timed form changes (module structure, input, protocol inside `measure`).
-TIMING_FORM = "deploy(bn-folded, relu-inplace, mean-pool)/kind-units/eager/inference_mode/v2"
+TIMING_FORM = "deploy(bn-folded, relu-inplace, mean-pool)/kind-units/eager/inference_mode/v2/kept-malloc"
 
 
 def set_torch_threads(threads: int, inter_op_threads: int) -> int:
@@ -75,6 +76,7 @@ class TorchCPU(Device):
         if self.threads > usable_cores():
             warnings.warn(f"{self.name}: {self.threads} threads on {usable_cores()} usable cores", stacklevel=2)
         self._inter_actual = set_torch_threads(self.threads, self.inter_op_threads)
+        self._kept_malloc = keep_freed_memory()
         self._device = self._resolve_device()
         # One-time setup (well under a second per space): later networks cost only their assembly.
         self.factory = TimingFactory(space, seed=self.seed, device=self._device, channels_last=self.channels_last).prebuild()
@@ -97,6 +99,7 @@ class TorchCPU(Device):
         return {
             **super().fingerprint(),
             "inter_op_threads_actual": self._inter_actual,
+            "kept_malloc": self._kept_malloc,
             **host_fingerprint(),
             "torch": torch.__version__,
             "mkldnn": bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled),

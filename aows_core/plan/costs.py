@@ -15,9 +15,11 @@ from . import calibrate as cb
 from .calibrate import Calibration
 from .graph import PlannedJob
 
-# Verification (D36) times the first pick and, on about one decision in four, a refit's pick (the default run: 3 refits
-# over 12 decisions); each `verify.rounds` paired timings.
-VERIFIED_PICKS = 1.25
+# Verification (D36) times 2.1 networks per decision, each in 1.9 × `verify.rounds` paired timings (two more at a time
+# while they spread): the two default runs of 2026-11-29 timed 24 and 26 networks in 210 and 260 rounds over 12
+# decisions.
+VERIFIED_PICKS = 2.1
+VERIFIED_ROUNDS = 1.9
 
 # `aows pareto`: its plots take about as long as two more job starts (16 s on the default's 2-core machine, where a
 # job starts in 5 s).
@@ -230,7 +232,7 @@ class Costs:
         v = self.s.verify
         if int(v.max_rounds) == 0:
             return 0.0
-        return VERIFIED_PICKS * int(v.rounds) * self.profiling_job(device)
+        return VERIFIED_PICKS * VERIFIED_ROUNDS * int(v.rounds) * self.profiling_job(device)
 
     def _decode(self, job: PlannedJob) -> float:
         return self.start() + self._verified(job.wildcards["device"])
