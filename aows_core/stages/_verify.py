@@ -83,7 +83,7 @@ def _verify_targets(settings: Settings, lut: LutFile, latency: tuple[Any, Mappin
                     targets: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """`verify_decision` of each target on the table refitted with the timings of its decided networks (D36)."""
     from ..latency.lut import columns_of, split_sets
-    from ..latency.verify import refit_with, verify_decision
+    from ..latency.verify import Timing, refit_with, verify_decision
 
     space, verify, table = settings.space, settings.verify, lut.table
     sets = split_sets(space, columns_of(latency[0]))  # the rows `fit-lut` fitted on
@@ -104,7 +104,8 @@ def _verify_targets(settings: Settings, lut: LutFile, latency: tuple[Any, Mappin
             lut.x, target_ms=value, tolerance=float(verify.tolerance), max_rounds=int(verify.max_rounds))
         rows.append(row)
         last = trace[-1]
-        interval = (last["measured_hi_ms"] - last["measured_lo_ms"]) / (2 * last["measured_ms"])
+        interval = Timing(last["measured_ms"], last["measured_lo_ms"], last["measured_hi_ms"], last["timing_rounds"],
+                          last["measured_upper_ms"]).half_width
         converged = abs(last["rel_error"]) <= verify.tolerance and interval <= verify.tolerance and last["meets_target"]
         per_target.append({"target": t, "target_ms": value, "converged": converged, "interval": interval,
                            "meets_target": last["meets_target"], "networks_timed": sum(r["timed"] for r in trace),
