@@ -841,7 +841,14 @@ class VerifySettings(Section):
     max_rounds: int = 8
     tolerance: float = 0.025
     rounds: int = 5
+    margin: str | float = "auto"
     weight: int = 20
+
+    def margin_for(self, sigma_n: float) -> float:
+        """The relative margin decisions keep under their targets on a device profiled at `sigma_n` (D36)."""
+        from .latency.verify import session_margin
+
+        return session_margin(sigma_n) if self.margin == "auto" else float(self.margin)
 
 
 @dataclass(frozen=True)

@@ -344,13 +344,15 @@ KINDS: dict[str, Kind] = {
             "unaries_meta": "aows, ows: the unaries' metadata",
             "width_signal_note": "aows, ows: a note when no width signal is detectable (else null)",
             "trajectory_meta": "greedy: the trajectory's metadata",
-            "verification": "D36: `verified`, `settings`, and per target `target_ms`, `converged` (within the "
-                            "tolerance, on an interval no wider than it, its upper bound meeting the target), "
-                            "`meets_target` (the last timing's upper bound meets the target), the last timing's relative "
+            "verification": "D36: `verified`, `settings`, and per target `target_ms`, `margin` (the session margin kept "
+                            "under it), `converged` (within the "
+                            "tolerance, on an interval no wider than it, its bound meeting the target), "
+                            "`meets_target` (the last timing's bound meets the target), the last timing's relative "
                             "half-`interval`, `networks_timed`, the verified table `lut` (one value per latency "
                             "variable) and the `trace` (per round: `channels`, `aim_ms` the latency decided for, "
                             "`predicted_ms`, `measured_ms` — the median over its timings — `measured_lo_ms` and "
-                            "`measured_hi_ms` their range, `measured_upper_ms` the median's upper bound (D36), "
+                            "`measured_hi_ms` their range, `measured_upper_ms` the median's upper bound (D36), `bound_ms` the larger "
+                            "of that and the median raised by the margin, "
                             "`timing_rounds`, `rel_error`, `meets_target`, `timed`, "
                             "`stopped` when no network met the aim), or `reason` when not verified",
         },

@@ -90,6 +90,7 @@ def _verify_targets(settings: Settings, lut: LutFile, latency: tuple[Any, Mappin
     # the LUT's own smoothness weight (D38) and link (D39): a refit moves the table around the verified networks, not
     # its prior
     lut_settings = settings.lut.replace(smoothness=[float(lut.meta.get("smoothness", 0.0))])
+    margin = verify.margin_for(float(latency[1]["sigma_n"]))
     rows, per_target = [], []
     for t in targets:
         # pinned: a refit moves L_min and L_max of `range:` targets (as written to 12 decimals, the decoder's target)
@@ -101,13 +102,13 @@ def _verify_targets(settings: Settings, lut: LutFile, latency: tuple[Any, Mappin
         row, x, trace = verify_decision(
             decide, time_network,
             lambda timed: refit_with(space, sets, timed, lut_settings, int(verify.weight), table.link),
-            lut.x, target_ms=value, tolerance=float(verify.tolerance), max_rounds=int(verify.max_rounds))
+            lut.x, target_ms=value, tolerance=float(verify.tolerance), max_rounds=int(verify.max_rounds), margin=margin)
         rows.append(row)
         last = trace[-1]
         interval = Timing(last["measured_ms"], last["measured_lo_ms"], last["measured_hi_ms"], last["timing_rounds"],
                           last["measured_upper_ms"]).half_width
         converged = abs(last["rel_error"]) <= verify.tolerance and interval <= verify.tolerance and last["meets_target"]
-        per_target.append({"target": t, "target_ms": value, "converged": converged, "interval": interval,
+        per_target.append({"target": t, "target_ms": value, "margin": margin, "converged": converged, "interval": interval,
                            "meets_target": last["meets_target"], "networks_timed": sum(r["timed"] for r in trace),
                            "lut": [float(v) for v in x], "trace": trace})
     return rows, per_target
@@ -162,12 +163,13 @@ def verification_note(meta: Mapping[str, Any]) -> list[str]:
                 f"over {last['timing_rounds']} timings), predicted {last['predicted_ms']:.4g} "
                 f"({100 * last['rel_error']:+.1f} %)")
         if last["aim_ms"] < v["target_ms"]:
-            line += f", aimed {100 * (1 - last['aim_ms'] / v['target_ms']):.1f} % under the target"
+            line += (f", aimed {100 * (1 - last['aim_ms'] / v['target_ms']):.1f} % under the target (margin "
+                     f"{100 * v['margin']:.1f} %)")
         if abs(last["rel_error"]) > tolerance:
             line += (f" — NOT within the tolerance {100 * tolerance:.1f} % after verify.max_rounds refits; raise it, "
                      f"or see the trace in the decisions file")
         elif not v["meets_target"]:
-            line += (f" — its median's upper bound {last['measured_upper_ms']:.4g} is over the target "
+            line += (f" — its bound {last['bound_ms']:.4g} is over the target "
                      f"{v['target_ms']:.4g}: it may not meet it when measured" + (f" ({last['stopped']})" if "stopped" in last else ""))
         elif not v["converged"]:
             line += (f" — its timings spread ±{100 * v['interval']:.1f} %, more than the tolerance: the host was "

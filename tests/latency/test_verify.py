@@ -15,7 +15,7 @@ from aows_core.config import resolve, validate
 from aows_core.devices import get_device
 from aows_core.latency import fit, lut
 from aows_core.latency.sampling import config_rows
-from aows_core.latency.verify import LEVEL, Timing, refit_with, upper_rank, verify_decision
+from aows_core.latency.verify import LEVEL, Timing, refit_with, session_margin, upper_rank, verify_decision
 from aows_core.search.decisions import decide
 from aows_core.search.targets import DeviceTable, resolve_target
 
@@ -123,6 +123,62 @@ def test_a_decision_is_accepted_only_when_its_upper_bound_meets_the_target(table
         blind = next((t for t in trace if abs(t["rel_error"]) <= 0.025), None)  # where the bound-blind loop stops
         over += blind is not None and blind["measured_hi_ms"] > target
     assert accepted >= 4 and over > 0
+
+
+def test_a_margin_keeps_the_verified_median_that_far_under_the_target(table):
+    """With a session margin m, a decision first aims at target ÷ (1 + m) and is judged by the larger of its upper
+    bound and its median × (1 + m): every accepted decision's median lies m under the target, and the aim drops by
+    the overshoot of that bound. Without the margin, some accepted median lies within m of the target."""
+    cfg, space, dev, sets, x0 = table
+    m, close = 0.03, 0
+    for r in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
+        target = _target(space, x0, r)
+        row, x, trace, _ = _verify(table, target, spread=0.01, tolerance=0.025, max_rounds=8, margin=m)
+        assert trace[0]["aim_ms"] == pytest.approx(target / (1 + m))
+        for t in trace:
+            assert t["bound_ms"] == pytest.approx(max(t["measured_upper_ms"], t["measured_ms"] * (1 + m)))
+            assert t["meets_target"] == (t["bound_ms"] <= target)
+        for a, b in zip(trace, trace[1:]):
+            lowered = abs(a["rel_error"]) <= 0.025 and not a["meets_target"]
+            assert b["aim_ms"] == pytest.approx(min(a["aim_ms"], a["predicted_ms"] * target / a["bound_ms"]) if lowered
+                                                else a["aim_ms"])
+        last = trace[-1]
+        if abs(last["rel_error"]) <= 0.025 and "stopped" not in last:
+            assert dev.true_latency(row["channels"]) * (1 + m) <= target * (1 + 1e-9)
+        row0, _, trace0, _ = _verify(table, target, spread=0.01, tolerance=0.025, max_rounds=8)
+        close += trace0[-1]["meets_target"] and dev.true_latency(row0["channels"]) * (1 + m) > target
+    assert close > 0
+
+
+def test_a_margin_no_network_meets_aims_at_the_target_itself(table):
+    """A target so near the fastest network that nothing runs a margin under it is decided at the target itself,
+    judged as before; with no margin the decoder's own refusal stands."""
+    from aows_core.search.results import InfeasibleTarget
+    from aows_core.search.targets import latency_range
+
+    cfg, space, dev, sets, x0 = table
+    fastest = float(latency_range(space, x0)[0])
+    row, x, trace, _ = _verify(table, fastest * 1.01, tolerance=0.5, max_rounds=0, margin=0.05)
+    assert trace[0]["aim_ms"] == pytest.approx(fastest * 1.01)
+    with pytest.raises(InfeasibleTarget):
+        _verify(table, fastest * 0.99, tolerance=0.5, max_rounds=0, margin=0.0)
+
+
+def test_the_session_margin_holds_a_median_at_its_bound_at_level_2_to_the_minus_5():
+    """session_margin(σ) against simulation: two sessions whose medians err by independent N(0, σ²) in log time; a
+    median verified exactly at target ÷ (1 + m) is timed over the target again in LEVEL of draws; the config's
+    `verify.margin` gives it for auto and itself otherwise."""
+    from aows_core.config import VerifySettings
+
+    rng = np.random.default_rng(0)
+    for sigma in (0.01, 0.025, 0.05):
+        m = session_margin(sigma)
+        e = rng.normal(0.0, sigma, (2, 400_000))
+        # verified median v = truth·e^{e0} at target/(1+m); measured truth·e^{e1} = v·e^{e1−e0}
+        miss = np.mean(e[1] - e[0] > np.log(1 + m))
+        assert miss == pytest.approx(LEVEL, rel=0.05)
+    assert VerifySettings().margin_for(0.02) == session_margin(0.02)
+    assert VerifySettings(margin=0.04).margin_for(0.02) == 0.04 and VerifySettings(margin=0).margin_for(0.02) == 0.0
 
 
 def test_verification_stops_after_max_rounds_and_says_it_did_not_converge(table):

@@ -25,7 +25,9 @@ RAW = {
                 "flops": {"backend": "flops"}},
     "sampling": {"coverage": 3, "lambda_val": 10, "test": 10},
     "profiling": {"repeats": 5, "retest": 5, "chunks": 3},
-    "verify": {"max_rounds": 8, "tolerance": 0.02},
+    # no session margin: these tests are about the refit loop through the stages; tests/latency/test_verify.py checks
+    # the margin (with it, range:0.3 aims where this non-additive table never comes within 2 % in 8 refits)
+    "verify": {"max_rounds": 8, "tolerance": 0.02, "margin": 0},
 }
 TARGETS = ["range:0.3", "range:0.5", "range:0.7"]
 
