@@ -844,12 +844,6 @@ class VerifySettings(Section):
     margin: str | float = "auto"
     weight: int = 20
 
-    def margin_for(self, sigma_n: float) -> float:
-        """The relative margin decisions keep under their targets on a device profiled at `sigma_n` (D36)."""
-        from .latency.verify import session_margin
-
-        return session_margin(sigma_n) if self.margin == "auto" else float(self.margin)
-
 
 @dataclass(frozen=True)
 class TrainSettings(Section):

@@ -451,10 +451,11 @@ KINDS: dict[str, Kind] = {
             "measure": "the `measure:` settings",
             "seed": "the top-level seed",
             "job_offset": "the first job's number (after the profile's)",
-            "settle": "D46: whether the kept rounds are as quiet as the profile (`settled`), the round noise that "
-                      "is (`quiet`), `rounds_timed` in all (the last `rounds` kept), `extra_s` seconds of further "
-                      "rounds, and the round noise of each window of rounds considered (`window_noise`); null on an "
-                      "analytic device",
+            "settle": "D46: whether the kept rounds are as quiet as the profile and their host as fast "
+                      "(`settled`), the round noise and relative speed difference that is (`quiet`), `rounds_timed` "
+                      "in all (the last `rounds` kept), `extra_s` seconds of further rounds, and per window of rounds "
+                      "considered its round noise (`window_noise`) and its references' median time ÷ the profile's "
+                      "(`window_level`); null on an analytic device",
             "retimed": "jobs timed again (disturbed while timed, as in profiling)",
             "reference_channels": "the reference network",
             "reference_baseline": "the LUT's reference baseline the timings are expressed at",

@@ -481,10 +481,17 @@ def window_noise(rows: list[dict], baseline: float) -> float:
     return round_noise(per)
 
 
+def window_level(rows: list[dict], baseline: float) -> float:
+    """The host's speed over measuring rows against the profile's (D46): the median of their reference timings ÷
+    `baseline` (above 1: slower than when profiled)."""
+    return float(np.median([r["ref_ms_raw"] for r in rows])) / baseline
+
+
 @dataclass(frozen=True)
 class QuietTarget:
     """What a measuring session times on to (D46): the LUT's reference baseline its timings are corrected to, the
-    round noise that is as quiet as the profile (`quiet_limit`) and the seconds of further rounds at most."""
+    round noise that is as quiet as the profile (`quiet_limit`) — also the host's speed's relative distance from the
+    profile's it may be at — and the seconds of further rounds at most."""
 
     baseline: float
     quiet: float
@@ -493,41 +500,51 @@ class QuietTarget:
 
 @dataclass(frozen=True)
 class Settling:
-    """How long a measuring session timed until its last rounds were as quiet as the profile (D46): the limit, the
-    noise of each window of rounds considered, the rounds timed in all and the seconds the further ones took."""
+    """How long a measuring session timed until its last rounds were as quiet as the profile and the host back at
+    its profiled speed (D46): the limit, the noise and the host's speed (`window_level`) of each window of rounds
+    considered, the rounds timed in all and the seconds the further ones took."""
 
     quiet: float
     noise: tuple[float, ...]
+    level: tuple[float, ...]
     rounds_timed: int
     extra_s: float
 
+    @staticmethod
+    def holds(noise: float, level: float, quiet: float) -> bool:
+        """A window as quiet as the profile, on a host within `quiet` of its profiled speed."""
+        return noise <= quiet and abs(math.log(level)) <= quiet
+
     @property
     def settled(self) -> bool:
-        return self.noise[-1] <= self.quiet
+        return self.holds(self.noise[-1], self.level[-1], self.quiet)
 
     def to_dict(self) -> dict[str, Any]:
         return {"settled": self.settled, "quiet": self.quiet, "rounds_timed": self.rounds_timed,
-                "extra_s": self.extra_s, "window_noise": list(self.noise)}
+                "extra_s": self.extra_s, "window_noise": list(self.noise), "window_level": list(self.level)}
 
     def message(self, budget_s: float) -> str:
         """Why the session's finalists may be off (empty when it settled)."""
         if self.settled:
             return ""
         return (f"the host did not become as quiet as when profiled within measure.settle_s = {budget_s:g} s of "
-                f"further rounds (round noise {100 * self.noise[-1]:.1f} % over the last rounds, "
-                f"{100 * self.quiet:.1f} % needed): another program, or the host's own bursts; measure again later")
+                f"further rounds (round noise {100 * self.noise[-1]:.1f} % over the last rounds, the reference at "
+                f"{100 * (self.level[-1] - 1):+.1f} % of its profiled time; within {100 * self.quiet:.1f} % needed): "
+                f"another program, or the host's own bursts; measure again later")
 
 
 def settle_rounds(device, jobs: list[MeasureJob], rows: list[dict], protocol: ProfilingSettings, space: SearchSpace,
                   seed: int, target: QuietTarget,
                   on_step: Callable[[], None] | None = None) -> tuple[list[MeasureJob], list[dict], Settling]:
     """The measuring session timed on (D46): while its last R rounds (R those of `jobs`, timed as `rows`) vary more
-    than `target.quiet` (`window_noise`), one more round of the same networks, each its own seeded shuffle, for at
-    most `target.budget_s` seconds; returns the jobs and rows of the last R rounds, the earlier ones dropped."""
+    than `target.quiet` (`window_noise`) or the host's speed is further than that from the profile's
+    (`window_level`), one more round of the same networks, each its own seeded shuffle, for at most
+    `target.budget_s` seconds; returns the jobs and rows of the last R rounds, the earlier ones dropped."""
     rounds = max(j.round for j in jobs) + 1
     nets = {j.network: j.channels for j in jobs}
-    noise, extra, last = [window_noise(rows, target.baseline)], 0.0, rounds
-    while noise[-1] > target.quiet and extra < target.budget_s:
+    noise, level = [window_noise(rows, target.baseline)], [window_level(rows, target.baseline)]
+    extra, last = 0.0, rounds
+    while not Settling.holds(noise[-1], level[-1], target.quiet) and extra < target.budget_s:
         order = np.random.default_rng([seed, 0x3EA5E, last]).permutation(len(nets))
         more = [MeasureJob(jobs[-1].job + 1 + i, last, "finalist", int(k), nets[int(k)]) for i, k in enumerate(order)]
         timed = time_jobs(device, more, protocol, space, on_step)
@@ -536,7 +553,8 @@ def settle_rounds(device, jobs: list[MeasureJob], rows: list[dict], protocol: Pr
         keep = [i for i, j in enumerate(jobs) if j.round >= last - rounds]
         jobs, rows = [jobs[i] for i in keep], [rows[i] for i in keep]
         noise.append(window_noise(rows, target.baseline))
-    return jobs, rows, Settling(target.quiet, tuple(noise), last, extra)
+        level.append(window_level(rows, target.baseline))
+    return jobs, rows, Settling(target.quiet, tuple(noise), tuple(level), last, extra)
 
 
 @dataclass(frozen=True)

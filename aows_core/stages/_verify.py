@@ -83,14 +83,14 @@ def _verify_targets(settings: Settings, lut: LutFile, latency: tuple[Any, Mappin
                     targets: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """`verify_decision` of each target on the table refitted with the timings of its decided networks (D36)."""
     from ..latency.lut import columns_of, split_sets
-    from ..latency.verify import Timing, refit_with, verify_decision
+    from ..latency.verify import Timing, refit_with, session_margin, verify_decision
 
     space, verify, table = settings.space, settings.verify, lut.table
     sets = split_sets(space, columns_of(latency[0]))  # the rows `fit-lut` fitted on
     # the LUT's own smoothness weight (D38) and link (D39): a refit moves the table around the verified networks, not
     # its prior
     lut_settings = settings.lut.replace(smoothness=[float(lut.meta.get("smoothness", 0.0))])
-    margin = verify.margin_for(float(latency[1]["sigma_n"]))
+    margin = session_margin(float(latency[1]["sigma_n"])) if verify.margin == "auto" else float(verify.margin)
     rows, per_target = [], []
     for t in targets:
         # pinned: a refit moves L_min and L_max of `range:` targets (as written to 12 decimals, the decoder's target)

@@ -1,5 +1,5 @@
-"""A measuring session timed until its rounds are as quiet as the profile (docs/method.md D46), on a host whose
-disturbance is known job by job."""
+"""A measuring session timed until its rounds are as quiet as the profile and the host back at its profiled speed
+(docs/method.md D46), on a host whose disturbance and speed are known job by job."""
 
 import math
 
@@ -16,26 +16,27 @@ from aows_core.latency.protocol import (
     round_noise,
     settle_rounds,
     time_jobs,
+    window_level,
     window_noise,
 )
 
 
 class Host:
-    """Each network takes its channel sum ÷ 100 ms and the reference 1 ms; in the jobs where `disturbed` holds, the
-    network's chunks run 1–40 % slower at random (the host changed speed between them and the reference's),
-    otherwise they are exact. Every job is 0.5 s of timing."""
+    """Each network takes its channel sum ÷ 100 ms and the reference 1 ms, both times the host's `speed` of the job
+    (1 unless given); in the jobs where `disturbed` holds, the network's chunks run 1–40 % slower at random (the host
+    changed speed between them and the reference's), otherwise they are exact. Every job is 0.5 s of timing."""
 
     analytic = False
 
-    def __init__(self, disturbed):
-        self.disturbed, self.jobs = disturbed, []
+    def __init__(self, disturbed, speed=lambda job: 1.0):
+        self.disturbed, self.speed, self.jobs = disturbed, speed, []
         self.rng = np.random.default_rng(0)
 
     def measure_paired(self, channels, reference, repeats, warmup, job, min_time_s, chunks, share):
         self.jobs.append(job)
         slow = self.rng.uniform(1.01, 1.4) if self.disturbed(job) else 1.0
-        network = [np.full(3, sum(channels) / 100 * slow)] * chunks
-        return PairedMeasurement(network, [np.ones(2)] * chunks, 0.5, 0.0)
+        network = [np.full(3, sum(channels) / 100 * slow * self.speed(job))] * chunks
+        return PairedMeasurement(network, [np.full(2, self.speed(job))] * chunks, 0.5, 0.0)
 
 
 @pytest.fixture
@@ -76,6 +77,23 @@ def test_a_host_that_stays_disturbed_is_left_after_the_budget_and_says_so(tiny_s
     assert not s.settled and s.extra_s == pytest.approx(6.0) and s.rounds_timed == 9 and len(rows) == 15
     assert "measure.settle_s = 6 s" in s.message(6.0) and "2.0 % needed" in s.message(6.0)
     assert _session(tiny_space, nets, Host(lambda j: True), budget_s=0.0)[2].rounds_timed == 5  # settle_s 0
+
+
+def test_a_host_off_its_profiled_speed_is_timed_until_it_returns(tiny_space, nets):
+    """Steady but 10 % slower than when profiled for its first 4 rounds (a measure right after a training): the
+    rounds agree (noise 0), yet rounds are added until most of the last 5 ran at the profiled speed, and those kept;
+    a host that stays slower is left after the budget, the file and the message say how far off it was. Within
+    `quiet` of the profiled speed a session settles at once."""
+    jobs, rows, s = _session(tiny_space, nets, Host(lambda j: False, lambda j: 1.1 if j < 112 else 1.0))
+    # the window's speed is its references' median: settled once 3 of its 5 rounds ran at the profiled speed
+    assert s.settled and s.rounds_timed == 7 and s.noise == (0.0,) * 3
+    assert s.level == pytest.approx((1.1, 1.1, 1.0)) and s.to_dict()["window_level"] == list(s.level)
+    assert [r["job"] for r in rows] == list(range(106, 121))
+    jobs, rows, s = _session(tiny_space, nets, Host(lambda j: False, lambda j: 1.1), budget_s=6.0)
+    assert not s.settled and s.rounds_timed == 9 and s.level[-1] == pytest.approx(1.1)
+    assert "the reference at +10.0 % of its profiled time" in s.message(6.0)
+    jobs, rows, s = _session(tiny_space, nets, Host(lambda j: False, lambda j: 1.015))
+    assert s.settled and s.rounds_timed == 5 and window_level(rows, 1.0) == pytest.approx(1.015)
 
 
 def test_window_noise_is_the_round_noise_of_the_corrected_timings(tiny_space, nets):

@@ -75,6 +75,23 @@ def test_verified_decisions_land_on_their_prediction(run):
     assert not plain["verified"] and "--latency" in plain["reason"]
 
 
+def test_the_auto_margin_is_the_session_margin_of_the_profiles_noise(run, tmp_path):
+    """`verify.margin: auto` keeps each decision session_margin(σ_n) of its latency file under the target: recorded
+    per target, the first decision aimed at target ÷ (1 + margin), and the accepted median that far under it."""
+    from aows_core.latency.verify import session_margin
+
+    d, cfg, space, _ = run
+    auto = validate({**RAW, "verify": {**RAW["verify"], "margin": "auto"}})
+    decode(auto, "synth", "ows", d / "u.parquet", d / "synth_lut.parquet", ["range:0.7"], tmp_path / "a.parquet",
+           latency=d / "synth.parquet")
+    v = io.read_table(tmp_path / "a.parquet", "decisions")[1]["verification"]["targets"][0]
+    sigma = io.read_latency(d / "synth.parquet", space, "synth")[1]["sigma_n"]
+    assert sigma > 0 and v["margin"] == pytest.approx(session_margin(sigma))
+    assert v["trace"][0]["aim_ms"] == pytest.approx(v["target_ms"] / (1 + v["margin"]))
+    if v["meets_target"]:
+        assert v["trace"][-1]["measured_ms"] * (1 + v["margin"]) <= v["target_ms"]
+
+
 def test_targets_stay_where_the_profiled_table_put_them(run):
     """`range:` targets are resolved on the profiled table, not the refitted one: both decisions files agree."""
     d, *_ = run
