@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))  # aows_core from this checkout, installed or not
 
 from aows_core import artifacts as io  # noqa: E402
 from aows_core.config import METHODS  # noqa: E402  (the order of the results tables)
+from aows_core.latency.verify import session_margin  # noqa: E402  (the default's verify.margin: auto)
 from aows_core.plan import actual  # noqa: E402
 
 README = ROOT / "README.md"
@@ -190,7 +191,9 @@ def render(store: Path = STORE) -> dict[str, str]:
         f"thread{'s' if threads != 1 else ''}): on {n_lut} held-out networks its RMS error is {_pct(a['rel_rms'])} % "
         f"against a timing noise σ_n of {_pct(a['sigma_n'])} % (verdict `{a['verdict']}`); 95 % of them ran within "
         f"{100 * (a['ratio_low'] - 1):+.1f} … {100 * (a['ratio_high'] - 1):+.1f} % of their prediction.",
-        f"**Targets**: {pmeta.get('targets_met_predicted')} of {len(rows)} finalists meet their target as predicted, "
+        f"**Targets**: each decision was verified on the device with a {_pct(session_margin(a['sigma_n']))} % margin "
+        f"under its target, what another timing session may move a network by (D36); "
+        f"{pmeta.get('targets_met_predicted')} of {len(rows)} finalists meet their target as predicted, "
         f"{pmeta.get('targets_met_measured')} as measured in a separate session (median of {mmeta.get('rounds')} "
         f"rounds); {within5} of {len(measured)} ran within 5 % of their prediction.",
         f"**Accuracy**: top-1 is the mean over {seeds} retraining seed{'s' if seeds > 1 else ''} on the {test_n:,} "
