@@ -62,10 +62,10 @@ def upper_rank(n: int) -> int:
 
 def session_margin(sigma_n: float) -> float:
     """The relative margin a verified decision keeps under its target (D36): exp(z·√2·σ_n) − 1, z the standard
-    normal's upper LEVEL quantile (σ_n and the margin in log time). Another session times a network off this one's median by the host's state, which a session's
-    consecutive rounds do not show but its profile's retest noise σ_n does (measured: ln(measured ÷ verified) spread
-    1.0–1.6 σ_n over three runs); a median this far under the target stays under it when timed again with probability
-    1 − LEVEL."""
+    normal's upper LEVEL quantile (σ_n and the margin in log time). Another session times a network off this one's
+    median by the host's state, which a session's consecutive rounds do not show but its profile's retest noise σ_n
+    does (measured: ln(measured ÷ verified) spread 1.0–1.6 σ_n over three runs); a median this far under the target
+    stays under it when timed again with probability 1 − LEVEL."""
     from scipy.stats import norm
 
     return float(math.expm1(norm.isf(LEVEL) * math.sqrt(2.0) * sigma_n))
@@ -92,8 +92,9 @@ def verify_decision(
 
     Returns the final decision (its `predicted_latency_ms` from the final table), that table, and one trace row per
     round: the decided channels, the latency aimed at, predicted and measured latency (the median over the timing's
-    rounds, their range, its upper bound, the bound it is judged by and the count), relative error predicted ÷ measured − 1, whether the bound meets
-    the target, and whether the network was timed in that round (else in an earlier one). The final decision's
+    rounds, their range, its upper bound, the bound it is judged by and the count), relative error predicted ÷
+    measured − 1, whether the bound meets the target, and whether the network was timed in that round (else in an
+    earlier one). The final decision's
     network is always timed: the last trace row says how far it lands. When a refit leaves no network meeting the
     aim, the decision before it stands and its trace row says so (`stopped`)."""
     x, aim, timed, trace = np.asarray(x0, dtype=np.float64), float(target_ms) / (1.0 + margin), {}, []
