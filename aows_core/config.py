@@ -457,8 +457,9 @@ def stage_settings(config: Mapping, stage: str, device: str | None = None) -> di
 
 # Settings a resume checkpoint need not match: the global batch, the sample and configuration streams and the
 # checkpointed state do not depend on them, so a killed job resumes with another process count, accumulating
-# gradients over smaller passes where fewer processes hold the batch, BN synchronised over them or not (D30).
-RESUMABLE_ACROSS = ("processes", "nodes", "micro_batch", "sync_bn")
+# gradients over smaller passes where fewer processes hold the batch, BN synchronised over them or not (D30), and
+# whether its seeds share one job (D52).
+RESUMABLE_ACROSS = ("processes", "nodes", "micro_batch", "sync_bn", "seeds_in_one_job")
 
 
 def resume_settings(config: Mapping, stage: str) -> dict:
@@ -938,6 +939,7 @@ class RetrainSettings(Section):
     channels_last: bool = True
     augment: bool = False
     seeds: tuple[int, ...] | None = (0, 1, 2)
+    seeds_in_one_job: bool = True
     init: str = "scratch"
 
     def images(self, data: DataSettings) -> int | None:

@@ -60,10 +60,11 @@ def test_stage_hash_changes_only_with_the_stage_settings():
         stage_settings(a, "profile", "tpu")
 
 
-def test_config_yaml_is_exactly_the_schema_defaults():
+def test_config_yaml_is_exactly_the_schema_defaults_but_its_retraining_budget():
     """config.yaml sets its user keys to the schema's defaults, so a complete preset read over it (the one rule,
-    `layered`) is the preset over the defaults."""
-    assert load("config.yaml") == validate({})
+    `layered`) is the preset over the defaults; the one exception is the default run's retraining images (D52,
+    tests/test_configuration_doc.py's DELIBERATE_OVERRIDES)."""
+    assert load("config.yaml") == validate({"retrain": {"train_subset": 5000}})
 
 
 def test_a_users_file_merges_sections_key_by_key_and_replaces_the_maps_of_names_it_gives():

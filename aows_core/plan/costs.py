@@ -247,12 +247,14 @@ class Costs:
 
     def _retrain_net(self, job: PlannedJob) -> float:
         """Epochs of steps and the test split's forward, of a network whose cost lies between the narrowest and
-        widest by its target's place in the range (`range:r`: r; a latency target: the middle)."""
+        widest by its target's place in the range (`range:r`: r; a latency target: the middle); for every seed
+        after one start where the seeds share a job (D52)."""
         rt = self.s.retrain
         r = _range_share(job.wildcards.get("target", ""))
         step = self.retrain_step("min") + r * (self.retrain_step("max") - self.retrain_step("min"))
         image = self.test_image("min") + r * (self.test_image("max") - self.test_image("min"))
-        return self.start() + int(rt.epochs) * self.f.retrain_steps * step + self.f.test_images * image
+        seeds = 1 if "seed" in job.wildcards else len(rt.seeds or (0,))
+        return self.start() + seeds * (int(rt.epochs) * self.f.retrain_steps * step + self.f.test_images * image)
 
     def _retrain(self, job: PlannedJob) -> float:
         return self.start(torch_job=False)  # the finalist's label on its network's training

@@ -2,7 +2,8 @@
 
 Decisions are checkpoints: a dry run lists each finalist's `retrain` (the relabelling) but not the retraining of the
 network it will decide (`retrain_net`), whose name is known only once decided; the plan adds one `retrain_net` per
-`retrain` job, an upper bound where finalists decide the same widths (they then share one training).
+finalist (every seed in one job, retrain.seeds_in_one_job) or per `retrain` job (one per seed), an upper bound where
+finalists decide the same widths (they then share one training).
 """
 
 from __future__ import annotations
@@ -73,19 +74,24 @@ def _job(raw: dict) -> PlannedJob:
                       benchmark=raw.get("benchmark"), priority=int(raw.get("priority", 0)))
 
 
-def with_retraining(jobs: list[PlannedJob], threads: int) -> list[PlannedJob]:
+def with_retraining(jobs: list[PlannedJob], threads: int, seeds_together: bool = False) -> list[PlannedJob]:
     """The graph with the retraining a checkpoint hides: one `retrain_net` job (on `threads` CPUs) before each
-    `retrain` job, after that finalist's decision."""
+    `retrain` job, after that finalist's decision; `seeds_together`: one before all of a finalist's seeds (D52)."""
     out = list(jobs)
     next_id = max(j.jobid for j in jobs) + 1
+    nets: dict[tuple, PlannedJob] = {}
     for j in jobs:
         if j.rule != "retrain":
             continue
-        net = PlannedJob(jobid=next_id, rule="retrain_net", wildcards=dict(j.wildcards), threads=threads,
-                         after=set(j.after))
-        next_id += 1
+        key = tuple(sorted((k, v) for k, v in j.wildcards.items() if k != "seed" or not seeds_together))
+        net = nets.get(key)
+        if net is None:
+            wildcards = {k: v for k, v in j.wildcards.items() if k != "seed" or not seeds_together}
+            net = nets[key] = PlannedJob(jobid=next_id, rule="retrain_net", wildcards=wildcards, threads=threads,
+                                         after=set(j.after))
+            next_id += 1
+            out.append(net)
         j.after = {net.jobid}
-        out.append(net)
     return out
 
 
@@ -113,6 +119,7 @@ def dry_run(targets: Sequence[str], configfiles: Sequence[str], cores: int, work
 
 
 def job_graph(targets: Sequence[str], configfiles: Sequence[str], cores: int, retrain_threads: int,
-              workdir: str | Path = ".") -> list[PlannedJob]:
+              workdir: str | Path = ".", seeds_together: bool = False) -> list[PlannedJob]:
     """The jobs Snakemake would run to make `targets` from scratch, with the hidden retraining added."""
-    return with_retraining(parse_dry_run(dry_run(targets, configfiles, cores, workdir)), retrain_threads)
+    return with_retraining(parse_dry_run(dry_run(targets, configfiles, cores, workdir)), retrain_threads,
+                           seeds_together)

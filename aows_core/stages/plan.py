@@ -86,7 +86,8 @@ def run(config: Mapping[str, Any] | None, inputs: Mapping[str, Any], outputs: Ma
         raise ValueError(f"--cores {q.cores}: give at least 1")
     settings = resolve(workflow_config(q.configfile))
     rt = settings.retrain
-    jobs = job_graph(q.targets, q.configfile, q.cores, int(rt.threads) * int(rt.processes) // int(rt.nodes))
+    jobs = job_graph(q.targets, q.configfile, q.cores, int(rt.threads) * int(rt.processes) // int(rt.nodes),
+                     seeds_together=bool(rt.seeds_in_one_job))
     finalists: dict[str, int] = defaultdict(int)
     for j in jobs:
         if j.rule == "retrain" and j.wildcards.get("seed") == str(settings.retrain.seeds[0]):
@@ -102,7 +103,7 @@ def run(config: Mapping[str, Any] | None, inputs: Mapping[str, Any], outputs: Ma
         "targets": list(q.targets) or ["all"], "cores": q.cores, "configfiles": ["config.yaml", *q.configfile],
         "per_rule": dict(per_rule), "wall_s": max(end for _, end in times.values()),
         "calibration_s": cal.seconds, "calibrated": cal.measured, "cache": str(CACHE),
-        "threads": {j.rule: j.threads for j in jobs},
+        "threads": {j.rule: j.threads for j in jobs}, "seeds_together": bool(rt.seeds_in_one_job),
     }
     if q.actual:
         res["actual"] = act.stage_times("results", RULES)
@@ -162,8 +163,9 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> None:
           f"({_clock(sum(cpu.values()))} of CPU time). The largest stage is {top} "
           f"({100 * cpu[top] / sum(cpu.values()):.0f} % of the CPU time).")
     if "retrain_net" in per_rule:
-        print("Retraining is counted once per finalist and seed: finalists that decide the same widths share one "
-              "training, so it can take less.")
+        each = "finalist (all its seeds in one job)" if res.get("seeds_together") else "finalist and seed"
+        print(f"Retraining is counted once per {each}: finalists that decide the same widths share one "
+              f"training, so it can take less.")
     if res.get("actual") is not None:
         aw = res.get("actual_wall_s")
         print("Actual wall time: " + (f"{_clock(aw)} (plan ÷ actual {res['wall_s'] / aw:.2f})" if aw else

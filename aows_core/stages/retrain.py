@@ -29,8 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--decision", help="a decisions parquet (one row): retrain its network, labelled as its finalist")
     what.add_argument("--channels", help="or a network's searchable widths, 16-32-64 or 16,32,64 (no finalist label)")
-    p.add_argument("--seed", type=int, help="this run's seed: initialisation, batch order and augmentation; the "
-                                             "data splits stay the config's top-level seed's (default: that seed)")
+    p.add_argument("--seed", type=int, nargs="+", help="this run's seed: initialisation, batch order and augmentation; "
+                                                        "the data splits stay the config's top-level seed's (default: "
+                                                        "that seed). Several: trained one after another in this "
+                                                        "process, each in --out-dir/seed<S> and --resume-dir/seed<S>")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--resume-dir", required=True, help="where the resume checkpoint lives (not an output)")
     p.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (resume later)")
@@ -58,7 +60,7 @@ def launch(config: Mapping[str, Any], args: argparse.Namespace) -> bool:
 
 
 def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, resume_dir,
-        seed: int | None = None, channels: str | None = None, progress: bool = True,
+        seed: int | Sequence[int] | None = None, channels: str | None = None, progress: bool = True,
         stop_after: int | None = None) -> dict[str, Any]:
     """Retrain one decision's network (or the network `channels` names) from scratch (retrain.init), then its top-1 on the
     test split with a Wilson interval (§7), both on `train.device` in `train.precision` (D29); writes
@@ -66,18 +68,37 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
 
     `seed` (default: the config's top-level seed) drives initialisation, batch order and augmentation; the
     splits (train_subset, search_val, calibration) always come from the top-level seed, so every seed of a
-    network trains and is compared on the same images. Under torchrun (retrain.processes > 1) every rank trains
-    and evaluates its shard; rank 0 writes."""
+    network trains and is compared on the same images. Several seeds train one after another in this process (one
+    start for all, D52), each writing in `out_dir`/seed<S>; their resume states are cleared once all are written,
+    so a run stopped after some seeds retrains none of them again. Under torchrun (retrain.processes > 1) every rank
+    trains and evaluates its shard; rank 0 writes."""
+    from pathlib import Path
+
+    from ..artifacts.resume import clear_resume
     from ..config import resolve, resume_settings
     from ..training.distributed import process_group
     from ..training.loop import RunControl
 
     settings = resolve(config)
     decision = inputs.get("decision")
-    row, job = _job(settings, resume_settings(config, "retrain"), decision, channels, seed)
+    seeds = [seed] if seed is None or isinstance(seed, int) else [int(s) for s in seed]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"retrain --seed {' '.join(map(str, seeds))}: a seed given twice")
+    several = len(seeds) > 1
+    runs = []
     with process_group(int(settings.retrain.processes), str(settings.train.device), "retrain.processes",
                        deterministic=bool(settings.train.deterministic)) as ddp:
-        return _run(settings, row, job, RunControl(resume_dir, progress, stop_after), decision, outputs, ddp)
+        for s in seeds:
+            row, job = _job(settings, resume_settings(config, "retrain"), decision, channels, s)
+            res_dir = Path(resume_dir) / f"seed{job.seed}" if several else Path(resume_dir)
+            out = {"out_dir": Path(outputs["out_dir"]) / f"seed{job.seed}"} if several else outputs
+            runs.append(_run(settings, row, job, RunControl(res_dir, progress, stop_after), decision, out, ddp))
+            if not runs[-1]["complete"]:
+                break
+    if all(r["complete"] for r in runs) and ddp.main:
+        for s in seeds:  # every seed written: none is trained again
+            clear_resume((Path(resume_dir) / f"seed{s}" if several else Path(resume_dir)) / "checkpoint.pt")
+    return runs[0] if not several else {"complete": all(r["complete"] for r in runs), "runs": runs}
 
 
 def _job(settings: Settings, resume: Mapping[str, Any], decision: Any, channels: str | None,
@@ -149,21 +170,18 @@ def _run(settings: Settings, row: Mapping[str, Any], job: RetrainJob, control: R
     }
     if ddp.main:  # rank 0 writes
         label = {"decision": str(decision)} if decision is not None else {"network": net_key(job.channels)}
-        _write(settings, result, res.model, outputs["out_dir"], control, dict(
+        _write(settings, result, res.model, outputs["out_dir"], dict(
             **label, retrain=rt.to_dict(), data=spec.to_dict(), processes=ddp.world,
             train={**settings.train.to_dict(), "resolved_device": str(accel.device)},
             bn=bn_description(ddp.world, masked=False, sync=bool(rt.sync_bn))))
     return {"complete": True, **result}
 
 
-def _write(settings: Settings, result: Mapping[str, Any], model: Any, out_dir: Any, control: RunControl,
-           provenance: Mapping[str, Any]) -> None:
-    """result.parquet and model.pt of a finished retraining (`provenance`: what the stage knows of it), then its
-    resume state cleared."""
+def _write(settings: Settings, result: Mapping[str, Any], model: Any, out_dir: Any, provenance: Mapping[str, Any]) -> None:
+    """result.parquet and model.pt of a finished retraining (`provenance`: what the stage knows of it)."""
     from pathlib import Path
 
     from .. import artifacts
-    from ..artifacts.resume import clear_resume
 
     space, channels, out_dir = settings.space, result["channels"], Path(out_dir)
     meta = artifacts.provenance(space, **provenance, interval="Wilson score, 95 %",
@@ -171,7 +189,6 @@ def _write(settings: Settings, result: Mapping[str, Any], model: Any, out_dir: A
     artifacts.write_records([result], out_dir / "result.parquet", "retrain", meta)
     artifacts.save_torch({"space": space.to_dict(), "space_hash": space.hash, "channels": channels,
                           "model": model.state_dict()}, out_dir / "model.pt")
-    clear_resume(control.resume_dir / "checkpoint.pt")
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
@@ -179,9 +196,13 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
 
     if os.environ.get("RANK", "0") != "0":
         return  # rank 0 reports
+    if "runs" in r:  # several seeds
+        for run_ in r["runs"]:
+            report(run_, args)
+        return
     if r["complete"]:
         who = f"{r['method']} @ {r['target']}" if r["method"] is not None else net_key(r["channels"])
-        print(f"{who}: test top-1 {100 * r['test_acc']:.2f} % "
+        print(f"{who} (seed {r['seed']}): test top-1 {100 * r['test_acc']:.2f} % "
               f"[{100 * r['test_acc_low']:.2f}, {100 * r['test_acc_high']:.2f}] (Wilson 95 %, n = {r['test_n']})")
     else:
         print(f"stopped at epoch {r['epoch']} step {r['step']}; rerun the same command to resume")

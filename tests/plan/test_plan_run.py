@@ -41,6 +41,9 @@ def test_the_job_graph_is_snakemakes_with_the_retraining_it_hides(run_copy):
     counts = {rule: sum(j.rule == rule for j in jobs) for rule in {j.rule for j in jobs}}
     assert {k: v for k, v in counts.items() if k != "retrain_net"} == planned(r.stdout)  # Snakemake's job table
     assert counts["retrain_net"] == counts["retrain"]
+    together = with_retraining(parse_dry_run(r.stdout), threads=1, seeds_together=True)  # D50
+    finalists = {tuple(sorted((k, v) for k, v in j.wildcards.items() if k != "seed")) for j in jobs if j.rule == "retrain"}
+    assert sum(j.rule == "retrain_net" for j in together) == len(finalists)
     by_id = {j.jobid: j for j in jobs}
 
     def ancestors(i, seen=None):

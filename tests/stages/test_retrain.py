@@ -101,6 +101,47 @@ def test_a_checkpoint_of_other_settings_starts_afresh_and_a_finished_run_clears_
     assert not (tmp_path / "resume").exists() and not (d / "resume_full").exists()
 
 
+@pytest.mark.slow
+def test_seeds_in_one_process_equal_each_seed_alone_and_a_killed_run_retrains_no_finished_seed(decision, tmp_path,
+                                                                                               monkeypatch):
+    """D52: `--seed 0 5` trains seed 0 as a run of seed 0 alone does (the same test count, the same weights) and seed
+    5 after it, each in out_dir/seed<S>. A run killed during seed 5 leaves seed 0's resume state, so its rerun takes
+    no step of seed 0 again and writes the same files."""
+    from aows_core.stages import retrain as stage
+    from aows_core.training import retrain as training
+
+    cfg, d, full = decision
+    steps: dict[int, int] = {}
+    real_step = training._Retraining.step
+
+    def counted(self, x, y):
+        steps[self.job.seed] = steps.get(self.job.seed, 0) + 1
+        if self.job.seed == 5 and steps[5] == 3 and kill:
+            raise KeyboardInterrupt  # the job killed
+        return real_step(self, x, y)
+
+    monkeypatch.setattr(training._Retraining, "step", counted)
+    run = lambda: stage.run(cfg, {"decision": d / "decision.parquet"}, {"out_dir": tmp_path / "out"},  # noqa: E731
+                            resume_dir=tmp_path / "resume", seed=[0, 5], progress=False)
+    kill = True
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    assert (tmp_path / "out/seed0/result.parquet").exists() and (tmp_path / "resume/seed0/checkpoint.pt").exists()
+    first = steps.pop(0)
+    kill, steps = False, {}
+    r = run()
+    assert r["complete"] and [x["seed"] for x in r["runs"]] == [0, 5] and first > 0
+    assert 0 not in steps and steps[5] > 0  # seed 0 resumed at its end: no step again
+    assert r["runs"][0]["test_correct"] == full["test_correct"] != r["runs"][1]["test_correct"]
+    a = torch.load(tmp_path / "out/seed0/model.pt", weights_only=False)["model"]
+    b = torch.load(d / "full/model.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not (tmp_path / "resume").exists() or not any((tmp_path / "resume").rglob("*.pt"))
+    with pytest.raises(ValueError, match="given twice"):
+        stage.run(cfg, {"decision": d / "decision.parquet"}, {"out_dir": tmp_path / "o"}, resume_dir=tmp_path / "r",
+                  seed=[1, 1], progress=False)
+
+
 def test_retraining_seeds_share_the_splits_but_not_the_batches(tmp_path, monkeypatch):
     """Regression (issue 12, defect 4): a retraining seed reseeded the data split, so the spread over seeds mixed
     training subsets. Now every seed trains on the top-level seed's train / search_val / calibration images, in

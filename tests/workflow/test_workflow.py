@@ -155,13 +155,21 @@ def test_finalists_that_decided_one_network_share_one_training_per_seed(tiny_run
     r = smk(wd, *wanted, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
-    assert out.count("rule retrain_net:") == 2 and out.count("localrule retrain:") == 4, out[-3000:]
+    # one job trains the network for both seeds (retrain.seeds_in_one_job, D52)
+    assert out.count("rule retrain_net:") == 1 and out.count("localrule retrain:") == 4, out[-3000:]
+    net = net_key(space.max_config)
+    assert (wd / f"results/logs/retrain_net_{net}.log").read_text().count("test top-1") == 2
     rows = [_finalist_results(wd)[w][0] for w in wanted]
     assert all(r["channels"] == space.max_config for r in rows)
     for seed in (0, 1):
         a, b = (r for r in rows if r["seed"] == seed)
         assert {**a, "method": "uniform"} == b  # one training, two finalists
     assert rows[0]["test_correct"] != rows[1]["test_correct"] or rows[0]["final_train_loss"] != rows[1]["final_train_loss"]
+    # one job per network and seed: the same files, planned as two jobs
+    cfg["retrain"]["seeds_in_one_job"] = False
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
+    out = smk(wd, "-n", *wanted).stdout  # the changed setting reruns the retraining
+    assert out.count("rule retrain_net:") == 2 and f"retrain_net_{net}_seed1.log" in out, out[-3000:]
 
 
 def test_decisions_meet_their_targets(tiny_run):

@@ -177,6 +177,42 @@ def trained_network(name):
     return network_file
 
 
+# retrain.seeds_in_one_job (D52): one retrain_net job per distinct network trains every seed in turn (one
+# process start for them all), or one job per network and seed (seeds side by side on a cluster).
+SEEDS_TOGETHER = bool(config["retrain"]["seeds_in_one_job"])
+NET_JOB = "{net}" if SEEDS_TOGETHER else "{net}_seed{seed}"
+
+
+def net_outputs(name):
+    """retrain_net's output files `name`: every seed's of the network, or this seed's."""
+    if SEEDS_TOGETHER:
+        return expand(
+            f"results/retrain/nets/{{{{net}}}}/seed{{seed}}/{name}",
+            seed=retrain_seeds(config),
+        )
+    return f"results/retrain/nets/{{net}}/seed{{seed}}/{name}"
+
+
+def net_dir(root):
+    """Params function: the folder under `root` that `aows retrain` writes (or resumes) in: the
+    network's, holding one seed<S>/ per seed, or the one seed's."""
+    seeds = retrain_seeds(config)
+
+    def folder(wildcards):
+        if SEEDS_TOGETHER and len(seeds) > 1:
+            return f"{root}/{wildcards.net}"
+        return f"{root}/{wildcards.net}/seed{wildcards.get('seed', seeds[0])}"
+
+    return folder
+
+
+def net_seeds(wildcards):
+    """Params function: the seeds a retrain_net job trains."""
+    if SEEDS_TOGETHER:
+        return " ".join(str(s) for s in retrain_seeds(config))
+    return wildcards.seed
+
+
 def supernet_runs(device):
     """RUN=metrics.parquet of the OWS run and of the device's AOWS runs."""
     runs = ["ows=results/supernet/ows/metrics.parquet"]

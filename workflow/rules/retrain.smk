@@ -1,4 +1,5 @@
-"""Retraining the finalists from scratch (§7): one training per distinct network and seed.
+"""Retraining the finalists from scratch (§7): one job per distinct network trains it once per seed, or one job
+per network and seed (retrain.seeds_in_one_job, D52).
 
 Inputs:  results/decisions/{device}/{method}/{target}.parquet (checkpoints: the network is read from it);
          space.weights when retrain.init is weights (D48)
@@ -13,12 +14,12 @@ rule retrain_net:
     input:
         weights=trained_weights("retrain"),
     output:
-        result="results/retrain/nets/{net}/seed{seed}/result.parquet",
-        model="results/retrain/nets/{net}/seed{seed}/model.pt",
+        result=net_outputs("result.parquet"),
+        model=net_outputs("model.pt"),
     log:
-        "results/logs/retrain_net_{net}_seed{seed}.log",
+        f"results/logs/retrain_net_{NET_JOB}.log",
     benchmark:
-        "results/benchmarks/retrain_net_{net}_seed{seed}.tsv"
+        f"results/benchmarks/retrain_net_{NET_JOB}.tsv"
     wildcard_constraints:
         net=r"\d+(?:-\d+)*",
         seed=r"\d+",
@@ -32,11 +33,12 @@ rule retrain_net:
     params:
         cfg=settings("retrain"),
         stamp=stamp("retrain"),
-        out="results/retrain/nets/{net}/seed{seed}",
+        out=net_dir("results/retrain/nets"),
+        resume=net_dir("results/.resume/retrain/nets"),
+        seeds=net_seeds,
     shell:
         "aows retrain --config-json {params.cfg:q} --channels {wildcards.net} --out-dir {params.out:q} "
-        "--seed {wildcards.seed} --resume-dir results/.resume/retrain/nets/{wildcards.net}/seed{wildcards.seed} --quiet "
-        "> {log:q} 2>&1"
+        "--seed {params.seeds} --resume-dir {params.resume:q} --quiet > {log:q} 2>&1"
 
 
 # A finalist's result is its network's, relabelled with its method, device and target (model.pt copied):
