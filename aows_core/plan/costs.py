@@ -219,7 +219,7 @@ class Costs:
         scale = (int(d.search_val) + int(d.calibration)) / (int(g.n_eval) + int(g.n_cal))
         m_min, m_max = self.extreme_macs
         device = job.wildcards.get("device", "")
-        finalists = [m_min + _range_share(t) * (m_max - m_min) for t in self.s.decode.targets_for(device)]
+        finalists = [m_min + _compute_share(t) * (m_max - m_min) for t in self.s.decode.targets_for(device)]
         finalists *= max(1, round(self.f.finalists.get(device, 0) / max(len(finalists), 1)))
         checks = [_macs(space, space.layer_channels(i)).sum() for i in check_configs(space, self.s.seed)]
         return self.start() + scale * sum(self.scoring(m) for m in finalists + checks)
@@ -250,7 +250,7 @@ class Costs:
         widest by its target's place in the range (`range:r`: r; a latency target: the middle); for every seed
         after one start where the seeds share a job (D52)."""
         rt = self.s.retrain
-        r = _range_share(job.wildcards.get("target", ""))
+        r = _compute_share(job.wildcards.get("target", ""))
         step = self.retrain_step("min") + r * (self.retrain_step("max") - self.retrain_step("min"))
         image = self.test_image("min") + r * (self.test_image("max") - self.test_image("min"))
         seeds = 1 if "seed" in job.wildcards else len(rt.seeds or (0,))
@@ -278,10 +278,13 @@ def _suffix_share(space, macs: np.ndarray, node: int) -> float:
     return float(macs[after].sum() / max(macs.sum(), 1))
 
 
-def _range_share(target: str) -> float:
-    """Where a target sits between the fastest (0) and slowest (1) network: r of `range:r`, else the middle."""
+def _compute_share(target: str) -> float:
+    """Where a target's network sits between the narrowest (0) and widest (1) network's compute (its training step,
+    its scoring): √r for `range:r`, else the middle. A latency share r is a larger share of the compute, for a
+    batch-1 forward carries a per-layer cost that training at the batch does not: the default's finalists at r = 0.1,
+    0.25, 0.4 retrained at 0.30, 0.46, 0.55 of the way, on average (√r: 0.32, 0.50, 0.63; docs/planning.md)."""
     if target.startswith("range:"):
-        return float(target.split(":", 1)[1])
+        return math.sqrt(float(target.split(":", 1)[1]))
     return 0.5
 
 
