@@ -15,10 +15,10 @@ from . import calibrate as cb
 from .calibrate import Calibration
 from .graph import PlannedJob
 
-# Verification (D36) times 2.1 networks per decision, each in 1.9 × `verify.rounds` paired timings (two more at a time
-# while they spread): the two default runs of 2026-11-29 timed 24 and 26 networks in 210 and 260 rounds over 12
-# decisions.
-VERIFIED_PICKS = 2.1
+# Verification (D36) times 1.4 networks per decision, each in 1.9 × `verify.rounds` paired timings (two more at a time
+# while they spread): four default runs with the session margin, 2026-11-29, timed 20, 15, 17 and 15 networks over
+# 12 decisions (the rounds measured before the margin: 210 and 260 for 24 and 26 networks).
+VERIFIED_PICKS = 1.4
 VERIFIED_ROUNDS = 1.9
 
 # `aows pareto`: its plots take about as long as two more job starts (16 s on the default's 2-core machine, where a
@@ -280,11 +280,12 @@ def _suffix_share(space, macs: np.ndarray, node: int) -> float:
 
 def _compute_share(target: str) -> float:
     """Where a target's network sits between the narrowest (0) and widest (1) network's compute (its training step,
-    its scoring): √r for `range:r`, else the middle. A latency share r is a larger share of the compute, for a
+    its scoring): r^(2/3) for `range:r`, else the middle. A latency share r is a larger share of the compute, for a
     batch-1 forward carries a per-layer cost that training at the batch does not: the default's finalists at r = 0.1,
-    0.25, 0.4 retrained at 0.30, 0.46, 0.55 of the way, on average (√r: 0.32, 0.50, 0.63; docs/planning.md)."""
+    0.25, 0.4 retrained at 0.25–0.30, 0.41–0.46 and 0.48–0.55 of the way in two runs (r^(2/3): 0.22, 0.40, 0.54;
+    docs/planning.md)."""
     if target.startswith("range:"):
-        return math.sqrt(float(target.split(":", 1)[1]))
+        return float(target.split(":", 1)[1]) ** (2 / 3)
     return 0.5
 
 
