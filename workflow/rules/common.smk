@@ -183,14 +183,12 @@ SEEDS_TOGETHER = bool(config["retrain"]["seeds_in_one_job"])
 NET_JOB = "{net}" if SEEDS_TOGETHER else "{net}_seed{seed}"
 
 
-def net_outputs(name):
-    """retrain_net's output files `name`: every seed's of the network, or this seed's."""
+def net_outputs(pattern):
+    """retrain_net's output files of `pattern` ({net}, {seed}): every seed's of the network, or this
+    seed's."""
     if SEEDS_TOGETHER:
-        return expand(
-            f"results/retrain/nets/{{{{net}}}}/seed{{seed}}/{name}",
-            seed=retrain_seeds(config),
-        )
-    return f"results/retrain/nets/{{net}}/seed{{seed}}/{name}"
+        return expand(pattern, seed=retrain_seeds(config), allow_missing=True)
+    return pattern
 
 
 def net_dir(root):

@@ -14,8 +14,8 @@ rule retrain_net:
     input:
         weights=trained_weights("retrain"),
     output:
-        result=net_outputs("result.parquet"),
-        model=net_outputs("model.pt"),
+        result=net_outputs("results/retrain/nets/{net}/seed{seed}/result.parquet"),
+        model=net_outputs("results/retrain/nets/{net}/seed{seed}/model.pt"),
     log:
         f"results/logs/retrain_net_{NET_JOB}.log",
     benchmark:
