@@ -121,7 +121,7 @@ class Costs:
 
     def retrain_step(self, which: str) -> float:
         rt, space = self.s.retrain, self.s.space
-        ch = space.max_config if which == "max" else space.min_config
+        ch = _config(space, which)
         b = max(1, int(rt.batch_size) // int(rt.processes))
         key = {**self._space_key(), "which": which, "threads": int(rt.threads), "channels_last": bool(rt.channels_last),
                "batch": b}
@@ -129,7 +129,7 @@ class Costs:
 
     def test_image(self, which: str) -> float:
         rt, space = self.s.retrain, self.s.space
-        ch = space.max_config if which == "max" else space.min_config
+        ch = _config(space, which)
         b = int(rt.eval_batch_size)
         key = {**self._space_key(), "which": which, "threads": int(rt.threads), "batch": b}
         return self.unit("test_image", key, lambda: cb.scaled(lambda n: cb.test_batch(self.s, ch, n), b) / b)
@@ -203,16 +203,22 @@ class Costs:
         space = self.s.space
         return float(_macs(space, space.min_config).sum()), float(_macs(space, space.max_config).sum())
 
-    def scoring(self, macs: float) -> float:
-        """One scoring from the input (§3, D22) of a network of `macs` MACs: through the calibrated scorings of the
-        narrowest, the middle (every layer at its middle choice) and the widest network, linear in MACs between them
-        (a depthwise network's scoring grows slower than its MACs: on the MobileNet-v2 preset the two ends alone
-        priced its greedy trajectory and proxies at 0.7 of their time alone)."""
+    @cached_property
+    def scoring_points(self) -> list[tuple[float, float]]:
+        """(MACs, seconds) of the calibrated scorings: the narrowest, the middle (every layer at its middle choice)
+        and the widest network."""
         m_min, m_max = self.extreme_macs
         m_mid = float(_macs(self.s.space, _config(self.s.space, "mid")).sum())
         points = [(m_min, self.score_call("min")), (m_max, self.score_call("max"))]
         if m_min < m_mid < m_max:
             points.insert(1, (m_mid, self.score_call("mid")))
+        return points
+
+    def scoring(self, macs: float) -> float:
+        """One scoring from the input (§3, D22) of a network of `macs` MACs: through `scoring_points`, linear in MACs
+        between them (a depthwise network's scoring grows slower than its MACs: on the MobileNet-v2 preset the two
+        ends alone priced its greedy trajectory and proxies at 0.7 of their time alone)."""
+        points = self.scoring_points
         xs, ys = zip(*points)
         return float(np.interp(macs, xs, ys)) if xs[0] <= macs <= xs[-1] else _extrapolated(points, macs)
 

@@ -83,10 +83,10 @@ def with_retraining(jobs: list[PlannedJob], threads: int, seeds_together: bool =
     for j in jobs:
         if j.rule != "retrain":
             continue
-        key = tuple(sorted((k, v) for k, v in j.wildcards.items() if k != "seed" or not seeds_together))
+        wildcards = {k: v for k, v in j.wildcards.items() if k != "seed" or not seeds_together}
+        key = tuple(sorted(wildcards.items()))
         net = nets.get(key)
         if net is None:
-            wildcards = {k: v for k, v in j.wildcards.items() if k != "seed" or not seeds_together}
             net = nets[key] = PlannedJob(jobid=next_id, rule="retrain_net", wildcards=wildcards, threads=threads,
                                          after=set(j.after))
             next_id += 1

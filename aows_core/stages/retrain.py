@@ -85,19 +85,23 @@ def run(config: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[s
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"retrain --seed {' '.join(map(str, seeds))}: a seed given twice")
     several = len(seeds) > 1
+
+    def folder(root: Any, job: RetrainJob) -> Path:  # several seeds: one folder each
+        return Path(root) / f"seed{job.seed}" if several else Path(root)
+
+    resume = resume_settings(config, "retrain")
+    jobs = [_job(settings, resume, decision, channels, s) for s in seeds]
     runs = []
     with process_group(int(settings.retrain.processes), str(settings.train.device), "retrain.processes",
                        deterministic=bool(settings.train.deterministic)) as ddp:
-        for s in seeds:
-            row, job = _job(settings, resume_settings(config, "retrain"), decision, channels, s)
-            res_dir = Path(resume_dir) / f"seed{job.seed}" if several else Path(resume_dir)
-            out = {"out_dir": Path(outputs["out_dir"]) / f"seed{job.seed}"} if several else outputs
-            runs.append(_run(settings, row, job, RunControl(res_dir, progress, stop_after), decision, out, ddp))
+        for row, job in jobs:
+            control = RunControl(folder(resume_dir, job), progress, stop_after)
+            runs.append(_run(settings, row, job, control, decision, {"out_dir": folder(outputs["out_dir"], job)}, ddp))
             if not runs[-1]["complete"]:
                 break
     if all(r["complete"] for r in runs) and ddp.main:
-        for s in seeds:  # every seed written: none is trained again
-            clear_resume((Path(resume_dir) / f"seed{s}" if several else Path(resume_dir)) / "checkpoint.pt")
+        for _, job in jobs:  # every seed written: none is trained again
+            clear_resume(folder(resume_dir, job) / "checkpoint.pt")
     return runs[0] if not several else {"complete": all(r["complete"] for r in runs), "runs": runs}
 
 
