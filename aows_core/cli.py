@@ -12,7 +12,7 @@ from . import __version__, stages
 def _load_config(args: argparse.Namespace) -> dict:
     from .config import load
 
-    return load(args.config, args.config_json)
+    return load(args.config, args.config_json, getattr(args, "device_reach", None))
 
 
 def build_parser() -> argparse.ArgumentParser:

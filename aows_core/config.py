@@ -386,15 +386,27 @@ def _mapping(raw: Any, where: str) -> dict:
     return raw
 
 
-def load(path: str | Path | None = None, inline_json: str | None = None) -> dict:
-    """Load and validate a config file (YAML) or an inline JSON string; neither gives all defaults."""
-    if inline_json is not None:
-        try:
-            raw = json.loads(inline_json)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"--config-json is not valid JSON ({e})") from e
-        return validate(_mapping(raw, "--config-json"))
-    return validate(read_file(path) if path is not None else {})
+def load(path: str | Path | None = None, inline_json: str | None = None, reach: str | None = None) -> dict:
+    """Load and validate a config file (YAML) or an inline JSON string; neither gives all defaults. `reach`: JSON of
+    devices' REACH_KEYS settings by device name (`device_reach`), set on the config's devices before validation."""
+    raw = _json(inline_json, "--config-json") if inline_json is not None else read_file(path) if path else {}
+    if reach is not None:
+        devices = dict(raw.get("devices") or {})
+        for name, keys in _json(reach, "--device-reach").items():
+            if name not in devices or not isinstance(keys, dict) or set(keys) - set(REACH_KEYS):
+                raise ConfigError(f"--device-reach {name!r}: {keys!r}; it takes a mapping of {list(REACH_KEYS)} for "
+                                  f"each of the config's devices {sorted(devices)}")
+            devices[name] = {**devices[name], **keys}
+        raw = {**raw, "devices": devices}
+    return validate(raw)
+
+
+def _json(text: str, what: str) -> dict:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{what} is not valid JSON ({e})") from e
+    return _mapping(raw, what)
 
 
 # The maps whose keys a user names: a later layer that gives one replaces the earlier one whole.
@@ -446,13 +458,27 @@ def _without_targets(section: Any) -> Any:
 
 
 def stage_settings(config: Mapping, stage: str, device: str | None = None) -> dict:
-    """The part of a validated config that `stage` reads (plus the named device's settings)."""
+    """The part of a validated config that `stage` reads (plus the named device's settings but REACH_KEYS)."""
     out = {k: _without_targets(config[k]) for k in STAGE_SECTIONS[stage]}
     if device is not None:
-        if device not in config["devices"]:
-            raise ConfigError(f"unknown device {device!r}; configured devices: {sorted(config['devices'])}")
-        out["devices"] = {device: config["devices"][device]}
+        out["devices"] = {device: {k: v for k, v in _device(config, device).items() if k not in REACH_KEYS}}
     return out
+
+
+# A device's settings of how a job reaches it, not of what it times: the time a request may take and the worker's
+# command (D53). They are passed beside a stage's settings (`--device-reach`), so that changing them reruns nothing.
+REACH_KEYS = ("timeout_s", "worker")
+
+
+def device_reach(config: Mapping, device: str) -> dict:
+    """The REACH_KEYS settings of `device`, by device name (what `--device-reach` takes)."""
+    return {device: {k: v for k, v in _device(config, device).items() if k in REACH_KEYS}}
+
+
+def _device(config: Mapping, device: str) -> Mapping:
+    if device not in config["devices"]:
+        raise ConfigError(f"unknown device {device!r}; configured devices: {sorted(config['devices'])}")
+    return config["devices"][device]
 
 
 # Settings a resume checkpoint need not match: the global batch, the sample and configuration streams and the

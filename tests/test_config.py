@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from aows_core.config import SCHEMA_PATH, ConfigError, load, settings_hash, stage_settings, validate
+from aows_core.config import SCHEMA_PATH, ConfigError, device_reach, load, settings_hash, stage_settings, validate
 
 
 def test_every_schema_property_has_description_and_default():
@@ -58,6 +58,22 @@ def test_stage_hash_changes_only_with_the_stage_settings():
     assert settings_hash(stage_settings(a, "fit_lut")) != settings_hash(stage_settings(b, "fit_lut"))
     with pytest.raises(ConfigError, match="unknown device 'tpu'"):
         stage_settings(a, "profile", "tpu")
+
+
+def test_how_a_device_is_reached_stays_out_of_the_stage_settings_and_comes_back_beside_them():
+    """D53: a device's timeout_s and worker leave the stage's settings (its hash unchanged, so Snakemake reruns
+    nothing), and `load` with `--device-reach` gives the stage the device exactly as configured."""
+    spec = {"backend": "onnxruntime", "remote": "ssh pi@edge", "worker": "python3 w/aows_worker.py", "timeout_s": 30.0}
+    a = validate({"devices": {"edge": spec}})
+    b = validate({"devices": {"edge": {**spec, "worker": "python3 aows_worker.py", "timeout_s": 900.0}}})
+    assert settings_hash(stage_settings(a, "profile", "edge")) == settings_hash(stage_settings(b, "profile", "edge"))
+    moved = validate({"devices": {"edge": {**spec, "remote": "ssh pi@other"}}})  # another machine: another device
+    assert settings_hash(stage_settings(a, "profile", "edge")) != settings_hash(stage_settings(moved, "profile", "edge"))
+    got = load(inline_json=json.dumps(stage_settings(a, "measure", "edge")), reach=json.dumps(device_reach(a, "edge")))
+    assert got["devices"] == a["devices"]
+    for bad in ({"edge": {"remote": "ssh x"}}, {"gpu": {"timeout_s": 5}}, {"edge": 5}):
+        with pytest.raises(ConfigError, match="--device-reach"):
+            load(inline_json=json.dumps(stage_settings(a, "measure", "edge")), reach=json.dumps(bad))
 
 
 def test_config_yaml_is_exactly_the_schema_defaults_but_its_retraining_budget():

@@ -25,9 +25,10 @@ REMOTE = Setting("", "string", "Command prefix that reaches the device the runti
                  "`docker exec box`, `srun -p edge`): aows starts its timing worker there and talks to it over the "
                  "command's stdin/stdout (docs/devices.md). Empty: time on this machine.")
 WORKER = Setting("python3 aows_worker.py", "string", "With `remote`: the command that starts the timing worker on the "
-                 "device (docs/devices.md installs it there).")
+                 "device (docs/devices.md installs it there). Changing it reruns nothing (docs/method.md D53).")
 TIMEOUT = Setting(600.0, "number", "With `remote`: seconds one request (building or timing a network) may take before "
-                  "it is an error naming the network.", exclusive_minimum=0)
+                  "it is an error naming the network. Changing it reruns nothing (docs/method.md D53).",
+                  exclusive_minimum=0)
 RETRIES = 3  # restarts of a remote worker lost during one measurement before the stage stops (a rerun resumes)
 
 

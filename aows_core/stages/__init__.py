@@ -26,14 +26,19 @@ def modules() -> list[ModuleType]:
     return [importlib.import_module(f"{__name__}.{name}") for name in COMMANDS]
 
 
-def add_config(p: argparse.ArgumentParser) -> None:
-    """`--config` / `--config-json`, shared by every stage that reads the configuration."""
+def add_config(p: argparse.ArgumentParser, timing: bool = False) -> None:
+    """`--config` / `--config-json`, shared by every stage that reads the configuration; a stage `timing` on its
+    device also takes `--device-reach`."""
     g = p.add_mutually_exclusive_group()
     g.add_argument("--config", help="config YAML (validated by the schema; defaults fill the rest)")
     g.add_argument("--config-json", help="config as inline JSON (what the Snakemake rules pass)")
+    if timing:
+        p.add_argument("--device-reach", help="JSON of devices' timeout_s and worker by device name, set on the "
+                                              "config's devices (the Snakemake rules pass them apart, so changing "
+                                              "them reruns nothing: docs/method.md D53)")
 
 
-_NOT_OPTIONS = {"config", "config_json", "command", "stage", "quiet", "print_launch"}
+_NOT_OPTIONS = {"config", "config_json", "device_reach", "command", "stage", "quiet", "print_launch"}
 
 
 def from_args(stage: ModuleType, args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -15,7 +15,7 @@ OUTPUTS = ("out",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config(p)
+    add_config(p, timing=True)
     p.add_argument("--device", required=True)
     p.add_argument("--method", choices=["greedy", "uniform"], required=True)
     p.add_argument("--lut", required=True)

@@ -19,7 +19,7 @@ OUTPUTS = ("out",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config(p)
+    add_config(p, timing=True)
     p.add_argument("--device", required=True)
     p.add_argument("--decisions", nargs="+", required=True, help="the finalists' decisions parquet files")
     p.add_argument("--latency", required=True, help="the device's latency file (reference baseline, fingerprint)")

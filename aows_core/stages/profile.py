@@ -26,7 +26,7 @@ OUTPUTS = ("out",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config(p)
+    add_config(p, timing=True)
     p.add_argument("--device", required=True, help="a device name from the config's `devices`")
     p.add_argument("--configs", required=True)
     p.add_argument("--out", required=True)

@@ -199,6 +199,12 @@ def test_second_run_does_nothing_and_a_setting_reruns_only_its_stages(tiny_run):
     r = smk(wd, "-n", "all", "latency_models", "decisions", *RETRAINED)
     assert "Nothing to be done" in r.stdout + r.stderr
     cfg = json.loads(json.dumps(TINY))
+    for spec in cfg["devices"].values():  # how a device is reached (D53) reruns nothing
+        spec.update(timeout_s=7.5, worker="python3 elsewhere/aows_worker.py")
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
+    r = smk(wd, "-n", "all", "latency_models", "decisions", *RETRAINED)
+    assert "Nothing to be done" in r.stdout + r.stderr
+    cfg = json.loads(json.dumps(TINY))
     cfg["lut"]["ridge"] = 1e-5
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
     r = smk(wd, "-n", "all", "decisions")

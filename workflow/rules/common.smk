@@ -11,6 +11,7 @@ from aows_core.config import (
     SUPERNET_METHODS,
     aows_targets,
     device_backends,
+    device_reach,
     device_targets,
     gpu_devices,
     net_key,
@@ -39,6 +40,15 @@ def settings(stage, device=None):
     return lambda wildcards: json.dumps(
         stage_settings(config, stage, device or wildcards.get("device")),
         sort_keys=True,
+    )
+
+
+def reach():
+    """How a timing job reaches its device (its timeout_s and worker, D53), passed as `--device-reach`: a param
+    derived from the job's resources, which Snakemake leaves out of its rerun check, so that raising a timeout or
+    moving the worker reruns nothing."""
+    return lambda wildcards, resources: json.dumps(
+        device_reach(config, wildcards.device), sort_keys=True
     )
 
 

@@ -36,9 +36,10 @@ checkpoint decode:
         gpu=device_gpus,
     params:
         cfg=settings("decode"),
+        reach=reach(),
         stamp=stamp("decode"),
     shell:
-        "aows decode --config-json {params.cfg:q} --device {wildcards.device} --method {wildcards.method} "
+        "aows decode --config-json {params.cfg:q} --device-reach {params.reach:q} --device {wildcards.device} --method {wildcards.method} "
         "--unaries {input.unaries:q} --lut {input.lut:q} --latency {input.latency:q} --target {wildcards.target:q} --out {output:q} > {log:q} 2>&1"
 
 
@@ -87,10 +88,11 @@ checkpoint decide_baseline:
         gpu=device_gpus,
     params:
         cfg=settings("decide_baseline"),
+        reach=reach(),
         stamp=stamp("decide_baseline"),
         trajectory=lambda wc, input: (
             f"--trajectory {input.trajectory}" if wc.method == "greedy" else ""
         ),
     shell:
-        "aows decide-baseline --config-json {params.cfg:q} --device {wildcards.device} --method {wildcards.method} "
+        "aows decide-baseline --config-json {params.cfg:q} --device-reach {params.reach:q} --device {wildcards.device} --method {wildcards.method} "
         "--lut {input.lut:q} --latency {input.latency:q} {params.trajectory} --target {wildcards.target:q} --out {output:q} > {log:q} 2>&1"

@@ -51,9 +51,10 @@ rule profile:
         gpu=device_gpus,
     params:
         cfg=settings("profile"),
+        reach=reach(),
         stamp=stamp("profile"),
     shell:
-        "aows profile --config-json {params.cfg:q} --device {wildcards.device} "
+        "aows profile --config-json {params.cfg:q} --device-reach {params.reach:q} --device {wildcards.device} "
         "--configs {input:q} --out {output:q} --resume-dir results/.resume > {log:q} 2>&1"
 
 

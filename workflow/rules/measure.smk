@@ -28,8 +28,9 @@ rule measure:
         gpu=device_gpus,
     params:
         cfg=settings("measure"),
+        reach=reach(),
         stamp=stamp("measure"),
     shell:
-        "aows measure --config-json {params.cfg:q} --device {wildcards.device} "
+        "aows measure --config-json {params.cfg:q} --device-reach {params.reach:q} --device {wildcards.device} "
         "--decisions {input.decisions:q} --latency {input.latency:q} --lut {input.lut:q} "
         "--out {output:q} --quiet > {log:q} 2>&1"
