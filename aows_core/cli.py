@@ -42,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         check_writable([getattr(args, a) for a in OUTPUT_FILES if getattr(args, a, None)],
                        [getattr(args, a) for a in OUTPUT_FOLDERS if getattr(args, a, None)])
         config = _load_config(args) if getattr(stage, "needs_config", lambda a: True)(args) else None
+        if getattr(stage, "KEEPS_FREED_MEMORY", False):
+            from .memory import keep_freed_memory
+
+            keep_freed_memory()
         if getattr(stage, "launch", None) and stage.launch(config, args):
             return 0
         inputs, outputs, options = getattr(stage, "from_args", partial(stages.from_args, stage))(args)

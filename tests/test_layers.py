@@ -1,8 +1,8 @@
 """The house's import contract (issue "One house"; docs/extending.md, Where things live): layers, no cycles, pure math layers.
 
 cli → stages → plan → {training, report} → artifacts → {search, latency, devices, evaluation} → {nets, data}
-→ config → tracing (a user's module traced into a space) → space → kinds (the layer kinds: their torch and onnx parts are imported by the methods that build and
-run networks, so importing the package loads neither). A module may import its own package and any layer below its own; devices may use
+→ config → tracing (a user's module traced into a space) → space → {kinds (the layer kinds: their torch and onnx parts are imported by the methods that build and
+run networks, so importing the package loads neither), memory (malloc's settings for a process, D51)}. A module may import its own package and any layer below its own; devices may use
 nets, and latency's coverage sampler (supplementary A) uses search's chain Viterbi. Walks every module's imports with `ast` (top-level and function-local)."""
 
 import ast
@@ -24,7 +24,7 @@ LAYERS = [
     {"config"},
     {"tracing"},
     {"space"},
-    {"kinds"},
+    {"kinds", "memory"},
 ]
 # devices build the networks they time; coverage sampling (supp. A) decodes with the chain's Viterbi
 ALSO = {("devices", "nets"), ("latency", "search")}

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..memory import keep_freed_memory
 from ..space import SearchSpace
 from .base import (
     INTER_OP_THREADS,
@@ -23,7 +24,6 @@ from .base import (
     Setting,
     Timer,
     host_fingerprint,
-    keep_freed_memory,
     register,
     timed_loop,
     usable_cores,

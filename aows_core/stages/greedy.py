@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 COMMAND = "greedy"
+# malloc keeps what a pass frees: it scores with torch (docs/method.md D51).
+KEEPS_FREED_MEMORY = True
 HELP = "the AutoSlim greedy trajectory of the OWS supernet (§3)"
 PARSER_KWARGS: dict[str, Any] = {}
 INPUTS = ("model",)

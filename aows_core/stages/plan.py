@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 COMMAND = "plan"
+# malloc keeps what a pass frees: its calibration trains and scores with torch (docs/method.md D51).
+KEEPS_FREED_MEMORY = True
 HELP = "what a run will cost before it starts (its jobs, a calibration measured here), and what it cost after"
 PARSER_KWARGS: dict[str, Any] = {}
 INPUTS: tuple[str, ...] = ()

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from ..training.accelerator import Accelerator
 
 COMMAND = "proxy"
+# malloc keeps what a pass frees: it scores with torch (docs/method.md D51).
+KEEPS_FREED_MEMORY = True
 HELP = "supernet proxies of a device's finalists: Σδ and BN-recalibrated accuracy (§3)"
 PARSER_KWARGS: dict[str, Any] = {}
 INPUTS = ("decisions", "unaries", "model")

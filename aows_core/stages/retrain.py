@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from ..training.retrain import RetrainJob
 
 COMMAND = "retrain"
+# malloc keeps what a pass frees: it trains with torch (docs/method.md D51).
+KEEPS_FREED_MEMORY = True
 HELP = "train a decision's network from scratch; top-1 on the test split (§7)"
 PARSER_KWARGS: dict[str, Any] = {}
 INPUTS = ("decision",)

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from ..training.supernet import SupernetJob, SupernetResult
 
 COMMAND = "train-supernet"
+# malloc keeps what a pass frees: it trains with torch (docs/method.md D51).
+KEEPS_FREED_MEMORY = True
 HELP = "train an OWS or AOWS slimmable supernet (§3, §5, §6)"
 PARSER_KWARGS: dict[str, Any] = {
     "description": "With supernet.processes = N > 1, relaunches itself under torchrun as N data-parallel processes."
