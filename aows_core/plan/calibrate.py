@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -249,9 +249,10 @@ def score_call(settings: Settings, channels: list[int], n_eval: int, n_cal: int)
     return timed(run, reps=3)
 
 
-def profiling_job(settings: Settings, device: str) -> float:
+def profiling_job(settings: Settings, device: str, configs: Sequence[Sequence[int]] = ()) -> tuple[float, list[float]]:
     """One profiling job on `device` under the timing protocol (§4, D27): a random network and the reference beside
-    it, the network built and timed; the mean over a few networks."""
+    it, the network built and timed; (the mean seconds over a few random networks, the latency of each of `configs`
+    as the protocol's statistic gives it)."""
     from ..devices import get_device
     from ..latency.protocol import pairing_of, time_network, timing_counts
 
@@ -265,7 +266,10 @@ def profiling_job(settings: Settings, device: str) -> float:
         t0 = time.perf_counter()
         for k, ch in enumerate(nets[1:]):
             time_network(dev, ch, k + 1, counts, protocol.statistic, pairing)
-        return (time.perf_counter() - t0) / (len(nets) - 1)
+        seconds = (time.perf_counter() - t0) / (len(nets) - 1)
+        latencies = [float(time_network(dev, list(ch), len(nets) + k, counts, protocol.statistic,
+                                        pairing)["latency_ms_raw"]) for k, ch in enumerate(configs or [])]
+        return seconds, latencies
     finally:
         dev.close()
 

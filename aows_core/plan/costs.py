@@ -21,6 +21,14 @@ from .graph import PlannedJob
 VERIFIED_PICKS = 1.5
 VERIFIED_ROUNDS = 1.9
 
+# The calibrated networks every unit is priced through: the narrowest, the middle and the widest.
+WHICH = ("min", "mid", "max")
+
+# A profile times this share of its networks again (D27, D47: at most `profiling.retime` + `profiling.spell_retime`
+# of them): six runs of the default and the presets, 2026-11-29, re-timed 0.8, 3.1, 4.5, 7.0, 10.9 and 30 % (the last
+# the whole budget, in a session disturbed for minutes); priced at the whole budget the profile came out 1.24–1.29×.
+RETIMED_SHARE = 0.06
+
 # `aows pareto`: its plots take about as long as two more job starts (16 s on the default's 2-core machine, where a
 # job starts in 5 s).
 PLOT_STARTS = 2.0
@@ -65,8 +73,8 @@ def facts(settings: Settings, finalists: Mapping[str, int], images: tuple[int, i
     for name in settings.devices:
         analytic = _analytic(settings, name)
         n = len(profile_plan(settings.space, configs, settings.profiling, settings.seed, analytic))
-        again = math.ceil(float(settings.profiling.retime) * n) + math.ceil(float(settings.profiling.spell_retime) * n)
-        jobs[name] = n if analytic else n + again  # at most: the re-timing budgets (D27, D47)
+        budget = math.ceil(float(settings.profiling.retime) * n) + math.ceil(float(settings.profiling.spell_retime) * n)
+        jobs[name] = n if analytic else n + min(budget, math.ceil(RETIMED_SHARE * n))
     return Facts(steps["supernet"], steps["retrain"], int(images[1]), jobs, dict(finalists))
 
 
@@ -143,13 +151,44 @@ class Costs:
         return self.unit("score_call", key, lambda: cb.scaled(
             lambda n: cb.score_call(self.s, ch, n, max(1, round(n * n_cal / n_eval))), n_eval))
 
-    def profiling_job(self, device: str) -> float:
-        if _analytic(self.s, device):
-            return 0.0
+    def _timing_units(self, device: str) -> tuple[float, list[float]]:
+        """A profiling job's seconds on `device` and the latency of the narrowest, middle and widest network there."""
         key = {"space": self.s.space.hash, "device": self.s.device(device),
                "protocol": {k: getattr(self.s.profiling, k) for k in ("repeats", "warmup", "min_time_ms", "chunks",
                                                                        "reference_share", "statistic")}}
-        return self.unit("profiling_job", key, lambda: cb.profiling_job(self.s, device))
+        both: list[tuple[float, list[float]]] = []
+
+        def part(i: int | None) -> Callable[[], float]:
+            def measure() -> float:
+                if not both:
+                    both.append(cb.profiling_job(self.s, device, [_config(self.s.space, w) for w in WHICH]))
+                return both[0][0] if i is None else both[0][1][i]
+            return measure
+
+        job = self.unit("profiling_job", key, part(None))
+        return job, [self.unit("network_latency", {**key, "which": w}, part(i)) for i, w in enumerate(WHICH)]
+
+    def profiling_job(self, device: str) -> float:
+        return 0.0 if _analytic(self.s, device) else self._timing_units(device)[0]
+
+    def finalist_macs(self, job: PlannedJob) -> float:
+        """MACs per image of a finalist (the job's `target` on its `device`): the network on the line through the
+        narrowest, middle and widest network whose latency there is the target (`range:r`: r of the way from the
+        narrowest's latency to the widest's), linear in MACs between them; without a target, the middle network."""
+        from ..config import parse_target
+
+        macs = [float(_macs(self.s.space, _config(self.s.space, w)).sum()) for w in WHICH]
+        text, device = job.wildcards.get("target"), job.wildcards.get("device", "")
+        if not text or device not in self.s.devices:
+            return macs[1]
+        t = parse_target(text)
+        if _analytic(self.s, device):  # a counted device: its latency is the network's MMAC
+            lat = [m / 1e6 for m in macs]
+        else:
+            lat = self._timing_units(device)[1]
+        goal = lat[0] + t.value * (lat[2] - lat[0]) if t.is_relative else t.value
+        order = np.argsort(lat)
+        return float(np.interp(goal, np.asarray(lat)[order], np.asarray(macs)[order]))
 
     # ---- jobs ----
     def seconds(self, job: PlannedJob) -> float:
@@ -198,29 +237,16 @@ class Costs:
         return self.start() + total
 
     @cached_property
-    def extreme_macs(self) -> tuple[float, float]:
-        """MACs per image of the narrowest and the widest network."""
-        space = self.s.space
-        return float(_macs(space, space.min_config).sum()), float(_macs(space, space.max_config).sum())
-
-    @cached_property
     def scoring_points(self) -> list[tuple[float, float]]:
         """(MACs, seconds) of the calibrated scorings: the narrowest, the middle (every layer at its middle choice)
         and the widest network."""
-        m_min, m_max = self.extreme_macs
-        m_mid = float(_macs(self.s.space, _config(self.s.space, "mid")).sum())
-        points = [(m_min, self.score_call("min")), (m_max, self.score_call("max"))]
-        if m_min < m_mid < m_max:
-            points.insert(1, (m_mid, self.score_call("mid")))
-        return points
+        return self._points(self.score_call)
 
     def scoring(self, macs: float) -> float:
         """One scoring from the input (§3, D22) of a network of `macs` MACs: through `scoring_points`, linear in MACs
         between them (a depthwise network's scoring grows slower than its MACs: on the MobileNet-v2 preset the two
         ends alone priced its greedy trajectory and proxies at 0.7 of their time alone)."""
-        points = self.scoring_points
-        xs, ys = zip(*points)
-        return float(np.interp(macs, xs, ys)) if xs[0] <= macs <= xs[-1] else _extrapolated(points, macs)
+        return _through(self.scoring_points, macs)
 
     def _proxy(self, job: PlannedJob) -> float:
         """Every finalist (by its target's place in the range) and the Σδ check's random networks (D25), scored on
@@ -229,9 +255,10 @@ class Costs:
 
         g, d, space = self.s.greedy, self.s.data, self.s.space
         scale = (int(d.search_val) + int(d.calibration)) / (int(g.n_eval) + int(g.n_cal))
-        m_min, m_max = self.extreme_macs
         device = job.wildcards.get("device", "")
-        finalists = [m_min + _compute_share(t) * (m_max - m_min) for t in self.s.decode.targets_for(device)]
+        finalists = [self.finalist_macs(PlannedJob(jobid=-1, rule="retrain_net", wildcards={"device": device,
+                                                                                            "target": t}))
+                     for t in self.s.decode.targets_for(device)]
         finalists *= max(1, round(self.f.finalists.get(device, 0) / max(len(finalists), 1)))
         checks = [_macs(space, space.layer_channels(i)).sum() for i in check_configs(space, self.s.seed)]
         return self.start() + scale * sum(self.scoring(m) for m in finalists + checks)
@@ -258,15 +285,20 @@ class Costs:
         return self.start() + self.f.finalists.get(dev, 0) * rounds * self.profiling_job(dev)
 
     def _retrain_net(self, job: PlannedJob) -> float:
-        """Epochs of steps and the test split's forward, of a network whose cost lies between the narrowest and
-        widest by its target's place in the range (`range:r`: r; a latency target: the middle); for every seed
-        after one start where the seeds share a job (D52)."""
+        """Epochs of steps and the test split's forward of the finalist's network (`finalist_macs`), each priced
+        through the narrowest, middle and widest network's, linear in MACs between them; for every seed after one
+        start where the seeds share a job (D52)."""
         rt = self.s.retrain
-        r = _compute_share(job.wildcards.get("target", ""))
-        step = self.retrain_step("min") + r * (self.retrain_step("max") - self.retrain_step("min"))
-        image = self.test_image("min") + r * (self.test_image("max") - self.test_image("min"))
+        m = self.finalist_macs(job)
+        step = _through(self._points(self.retrain_step), m)
+        image = _through(self._points(self.test_image), m)
         seeds = 1 if "seed" in job.wildcards else len(rt.seeds or (0,))
         return self.start() + seeds * (int(rt.epochs) * self.f.retrain_steps * step + self.f.test_images * image)
+
+    def _points(self, unit: Callable[[str], float]) -> list[tuple[float, float]]:
+        """(MACs, seconds) of `unit` for the narrowest, middle and widest network."""
+        space = self.s.space
+        return [(float(_macs(space, _config(space, w)).sum()), unit(w)) for w in WHICH]
 
     def _retrain(self, job: PlannedJob) -> float:
         return self.start(torch_job=False)  # the finalist's label on its network's training
@@ -299,21 +331,16 @@ def _config(space, which: str) -> list[int]:
     return [c[len(c) // 2] for c in space.layer_choices]
 
 
-def _extrapolated(points: list[tuple[float, float]], x: float) -> float:
-    """The line through the nearest two of `points` (sorted by x) at x outside them."""
-    (x0, y0), (x1, y1) = points[:2] if x < points[0][0] else points[-2:]
-    return y0 + (y1 - y0) * (x - x0) / max(x1 - x0, 1)
-
-
-def _compute_share(target: str) -> float:
-    """Where a target's network sits between the narrowest (0) and widest (1) network's compute (its training step,
-    its scoring): r^(2/3) for `range:r`, else the middle. A latency share r is a larger share of the compute, for a
-    batch-1 forward carries a per-layer cost that training at the batch does not: the default's finalists at r = 0.1,
-    0.25, 0.4 retrained at 0.25–0.30, 0.41–0.46 and 0.48–0.55 of the way in two runs (r^(2/3): 0.22, 0.40, 0.54;
-    docs/planning.md)."""
-    if target.startswith("range:"):
-        return float(target.split(":", 1)[1]) ** (2 / 3)
-    return 0.5
+def _through(points: list[tuple[float, float]], x: float) -> float:
+    """The piecewise-linear function through `points` (x, y) at x, continued along the nearest segment beyond them."""
+    pts = sorted(dict(points).items())
+    if len(pts) == 1:
+        return pts[0][1]
+    xs, ys = zip(*pts)
+    if xs[0] <= x <= xs[-1]:
+        return float(np.interp(x, xs, ys))
+    (x0, y0), (x1, y1) = pts[:2] if x < xs[0] else pts[-2:]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
 # The settings that move each rule's time, as `aows plan` names them.
