@@ -268,7 +268,7 @@ def profiling_job(settings: Settings, device: str, configs: Sequence[Sequence[in
             time_network(dev, ch, k + 1, counts, protocol.statistic, pairing)
         seconds = (time.perf_counter() - t0) / (len(nets) - 1)
         latencies = [float(time_network(dev, list(ch), len(nets) + k, counts, protocol.statistic,
-                                        pairing)["latency_ms_raw"]) for k, ch in enumerate(configs or [])]
+                                        pairing)["latency_ms_raw"]) for k, ch in enumerate(configs)]
         return seconds, latencies
     finally:
         dev.close()

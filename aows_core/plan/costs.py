@@ -171,17 +171,21 @@ class Costs:
     def profiling_job(self, device: str) -> float:
         return 0.0 if _analytic(self.s, device) else self._timing_units(device)[0]
 
-    def finalist_macs(self, job: PlannedJob) -> float:
-        """MACs per image of a finalist (the job's `target` on its `device`): the network on the line through the
-        narrowest, middle and widest network whose latency there is the target (`range:r`: r of the way from the
-        narrowest's latency to the widest's), linear in MACs between them; without a target, the middle network."""
+    @cached_property
+    def which_macs(self) -> list[float]:
+        """MACs per image of the narrowest, middle and widest network (WHICH)."""
+        return [float(_macs(self.s.space, _config(self.s.space, w)).sum()) for w in WHICH]
+
+    def finalist_macs(self, target: str | None, device: str) -> float:
+        """MACs per image of a finalist at `target` on `device`: the network on the line through the narrowest,
+        middle and widest network whose latency there is the target (`range:r`: r of the way from the narrowest's
+        latency to the widest's), linear in MACs between them; without a target or device, the middle network."""
         from ..config import parse_target
 
-        macs = [float(_macs(self.s.space, _config(self.s.space, w)).sum()) for w in WHICH]
-        text, device = job.wildcards.get("target"), job.wildcards.get("device", "")
-        if not text or device not in self.s.devices:
+        macs = self.which_macs
+        if not target or device not in self.s.devices:
             return macs[1]
-        t = parse_target(text)
+        t = parse_target(target)
         if _analytic(self.s, device):  # a counted device: its latency is the network's MMAC
             lat = [m / 1e6 for m in macs]
         else:
@@ -249,16 +253,14 @@ class Costs:
         return _through(self.scoring_points, macs)
 
     def _proxy(self, job: PlannedJob) -> float:
-        """Every finalist (by its target's place in the range) and the Σδ check's random networks (D25), scored on
+        """Every finalist (`finalist_macs`) and the Σδ check's random networks (D25), scored on
         data.search_val images with BN recalibrated on data.calibration."""
         from ..search.decisions import check_configs
 
         g, d, space = self.s.greedy, self.s.data, self.s.space
         scale = (int(d.search_val) + int(d.calibration)) / (int(g.n_eval) + int(g.n_cal))
         device = job.wildcards.get("device", "")
-        finalists = [self.finalist_macs(PlannedJob(jobid=-1, rule="retrain_net", wildcards={"device": device,
-                                                                                            "target": t}))
-                     for t in self.s.decode.targets_for(device)]
+        finalists = [self.finalist_macs(t, device) for t in self.s.decode.targets_for(device)]
         finalists *= max(1, round(self.f.finalists.get(device, 0) / max(len(finalists), 1)))
         checks = [_macs(space, space.layer_channels(i)).sum() for i in check_configs(space, self.s.seed)]
         return self.start() + scale * sum(self.scoring(m) for m in finalists + checks)
@@ -289,7 +291,7 @@ class Costs:
         through the narrowest, middle and widest network's, linear in MACs between them; for every seed after one
         start where the seeds share a job (D52)."""
         rt = self.s.retrain
-        m = self.finalist_macs(job)
+        m = self.finalist_macs(job.wildcards.get("target"), job.wildcards.get("device", ""))
         step = _through(self._points(self.retrain_step), m)
         image = _through(self._points(self.test_image), m)
         seeds = 1 if "seed" in job.wildcards else len(rt.seeds or (0,))
@@ -297,8 +299,7 @@ class Costs:
 
     def _points(self, unit: Callable[[str], float]) -> list[tuple[float, float]]:
         """(MACs, seconds) of `unit` for the narrowest, middle and widest network."""
-        space = self.s.space
-        return [(float(_macs(space, _config(space, w)).sum()), unit(w)) for w in WHICH]
+        return [(m, unit(w)) for m, w in zip(self.which_macs, WHICH)]
 
     def _retrain(self, job: PlannedJob) -> float:
         return self.start(torch_job=False)  # the finalist's label on its network's training

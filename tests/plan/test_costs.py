@@ -61,23 +61,22 @@ def test_a_finalist_is_the_network_whose_latency_meets_its_target(costs):
     c, space = costs
     m = [mmac(space, w) for w in ("min", "mid", "max")]
     lat = [1 + np.sqrt(x) for x in m]
-    job = lambda t, device="cpu": PlannedJob(jobid=0, rule="retrain_net", wildcards={"device": device, "target": t})
+    job = PlannedJob(jobid=0, rule="retrain_net", wildcards={"device": "cpu", "target": "range:0.25"})
     for r in (0.0, 0.1, 0.25, 0.4, 1.0):
         goal = lat[0] + r * (lat[2] - lat[0])
-        assert c.finalist_macs(job(f"range:{r}")) / 1e6 == pytest.approx(np.interp(goal, lat, m))
-    assert c.finalist_macs(job(f"{lat[1]}ms")) / 1e6 == pytest.approx(m[1])  # an absolute target on the device
-    assert c.finalist_macs(job("range:0.25", device="nowhere")) / 1e6 == pytest.approx(m[1])  # no device: the middle
+        assert c.finalist_macs(f"range:{r}", "cpu") / 1e6 == pytest.approx(np.interp(goal, lat, m))
+    assert c.finalist_macs(f"{lat[1]}ms", "cpu") / 1e6 == pytest.approx(m[1])  # an absolute target on the device
+    assert c.finalist_macs("range:0.25", "nowhere") / 1e6 == pytest.approx(m[1])  # no device: the middle
     # the retraining is priced through the three networks' steps at that MACs count
     steps = c.f.retrain_steps * int(c.s.retrain.epochs) * len(c.s.retrain.seeds)
-    want = 1.0 + steps * np.interp(c.finalist_macs(job("range:0.25")) / 1e6, m, [x / 10 for x in m])
-    assert c._retrain_net(job("range:0.25")) == pytest.approx(want)
+    want = 1.0 + steps * np.interp(c.finalist_macs("range:0.25", "cpu") / 1e6, m, [x / 10 for x in m])
+    assert c._retrain_net(job) == pytest.approx(want)
 
 
 def test_a_counted_devices_finalist_is_priced_by_its_mflops():
     settings = resolve(validate({"devices": {"flops": {"backend": "flops"}}}))
     c = Costs(settings, StubCalibration(settings.space), Facts(10, 10, 100, {}, {}))
-    job = PlannedJob(jobid=0, rule="retrain_net", wildcards={"device": "flops", "target": "3mflops"})
-    assert c.finalist_macs(job) == pytest.approx(3e6)
+    assert c.finalist_macs("3mflops", "flops") == pytest.approx(3e6)
     assert not any(n == "network_latency" for n, _ in c.cal.asked)  # nothing timed on a counted device
 
 
