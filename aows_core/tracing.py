@@ -1,9 +1,10 @@
 """A user's PyTorch module traced into a search space (§2's nodes and layers Θ; docs/method.md D48).
 
 One `torch.fx` trace of the module, with shapes propagated from an input of the dataset's shape, is read operator by
-operator into the registry's layer kinds (`aows_core.kinds`): a convolution with its BatchNorm, activation and max-pool
-is one unit (`conv`, `convpool`, `pconv` without activation, `dw` when depthwise), a residual sum is `add`, the global
-average pool and the last linear layer the classifier. Channels are coupled where the network ties them: a
+operator into the registry's layer kinds (`aows_core.kinds`): a convolution with its BatchNorm (or its bias alone),
+activation and max-pool is one unit (`conv`, `convpool`, `pconv` without activation, `dw` when depthwise; D54 its
+padding, bias and pool as parameters), a residual sum is `add`, the average pool and the linear layers after it the
+classifier. Channels are coupled where the network ties them: a
 depthwise convolution keeps its input's channels, a residual sum ties both of its operands. Every coupled group of
 channels is one node of the space, its choices multipliers of the traced width (the largest the traced width itself);
 `fixed` keeps named modules' output channels at full width. The layers then fall into blocks the networks run in
@@ -30,6 +31,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .kinds import kind_of
+from .kinds.base import PoolShape
 from .space import MAX_ENTRIES, MAX_STATES, Block, SearchSpace, Theta, check_blocks, frontier
 
 # The multipliers of a traced width its node chooses among: evenly spaced in [TRACED_MIN_MULT, 1] (the traced width
@@ -109,6 +111,8 @@ class _Edge:
     where: str = ""
     owner: str = ""  # the module the layer belongs to: its nearest ancestor that is not a plain sequence
     act: str | None = None  # the activation after it (its kind's name follows once the space's is known, D49)
+    pool: int = 0  # the classifier's: its adaptive average pool's size (0: global)
+    hidden: list = field(default_factory=list)  # the classifier's hidden layers: (width, activation)
 
 
 @dataclass
@@ -130,9 +134,11 @@ class _Unit:
     kernel: int
     stride: int
     groups: int
+    pad: int = 0
+    bias: bool = False
     bn: str | None = None
     act: str | None = None
-    pool: bool = False
+    pool: PoolShape | None = None
     where: str = ""
 
 
@@ -147,9 +153,11 @@ class _Sum:
 
 @dataclass
 class _Pooled:
-    """Globally average-pooled features of a tensor (the classifier's input, or a squeeze-and-excitation's)."""
+    """Average-pooled features of a tensor (the classifier's input, or a squeeze-and-excitation's): global, or to
+    k×k (a flatten classifier's, VGG's)."""
 
     x: _Tensor
+    k: int = 0
 
 
 @dataclass
@@ -230,25 +238,33 @@ class _Reader:
                          f"layer) may follow the global average pool")
 
     def close_unit(self, u: _Unit) -> _Tensor:
-        if u.bn is None:
+        if u.bn is None and not u.bias:
             raise _no_norm(u)
         if u.groups > 1:
+            what = "depthwise" if u.groups == u.c_out else "grouped"
             if u.pool:
-                raise TraceError(f"{u.where}: a {'depthwise' if u.groups == u.c_out else 'grouped'} convolution with a "
-                                 f"max-pool; register a kind (docs/extending.md)")
-            if u.act is None:
-                raise TraceError(f"{u.where}: a {'depthwise' if u.groups == u.c_out else 'grouped'} convolution "
-                                 f"without an activation; the registered kinds ('dw', 'gconv') are conv + BN + "
-                                 f"activation. Register a kind (docs/extending.md)")
+                raise TraceError(f"{u.where}: a {what} convolution with a max-pool; register a kind "
+                                 f"(docs/extending.md)")
+            if u.act is None or u.bn is None:
+                raise TraceError(f"{u.where}: a {what} convolution without {'an activation' if u.bn else 'a BatchNorm'}"
+                                 f"; the registered kinds ('dw', 'gconv') are conv + BN + activation. Register a kind "
+                                 f"(docs/extending.md)")
+            if u.pad != u.kernel // 2:
+                raise TraceError(f"{u.where}: a {what} convolution padded by {u.pad}; the registered kinds ('dw', "
+                                 f"'gconv') pad by k // 2. Register a kind (docs/extending.md)")
             kind = "dw" if u.groups == u.c_out else f"gconv:{u.c_out // u.groups}"
             dst = u.x.group
         else:
             if u.pool and u.act is None:
                 raise TraceError(f"{u.where}: a max-pool after a convolution without activation; register a kind "
                                  f"(docs/extending.md)")
-            kind = "convpool" if u.pool else ("conv" if u.act else "pconv")
+            p = u.pool
+            params = [f"p{u.pad}"] * (u.pad != u.kernel // 2) + (["nobn"] if u.bn is None else ["bias"] * u.bias)
+            if p is not None and p != PoolShape():
+                params.append(f"mp{p.k}s{p.s}p{p.p}{'c' * p.ceil}")
+            kind = ":".join(["convpool" if p else ("conv" if u.act else "pconv"), *params])
             dst = self.group(u.c_out)
-        mods = {"conv": u.conv, "bn": u.bn}
+        mods = {"conv": u.conv, "bn": u.bn} if u.bn else {"conv": u.conv}
         return self.edge(_Edge(kind, u.x.group, dst, u.x.hw, u.stride, u.kernel, (u.x.edge,), mods, u.where,
                                self.owner(u.conv), u.act))
 
@@ -412,15 +428,18 @@ class _Reader:
         if isinstance(v, (_Pooled, _Squeeze)):
             return self.squeeze(n, m, v)
         x = self.arg(n, 0)
-        if k[0] != k[1] or s[0] != s[1] or d != (1, 1) or p != (k[0] // 2, k[1] // 2) or m.padding_mode != "zeros":
+        if p == "valid":
+            p = (0, 0)
+        if k[0] != k[1] or s[0] != s[1] or d != (1, 1) or isinstance(p, str) or p[0] != p[1] \
+                or m.padding_mode != "zeros":
             raise TraceError(f"{where}: Conv2d(kernel {k}, stride {s}, padding {p}, dilation {d}, "
-                             f"{m.padding_mode}); the registered kinds run square convolutions padded by k // 2 with "
-                             f"zeros and dilation 1. Register a kind (docs/extending.md)")
+                             f"{m.padding_mode}); the registered kinds run square convolutions of one stride, padded "
+                             f"alike on every side with zeros, dilation 1. Register a kind (docs/extending.md)")
         if m.groups > 1 and m.in_channels != m.out_channels:
             raise TraceError(f"{where}: a grouped convolution of {m.in_channels} → {m.out_channels} channels "
                              f"({m.groups} groups); the registered kinds run grouped convolutions of one width "
                              f"('dw', 'gconv'). Register a kind (docs/extending.md)")
-        return _Unit(x, n.target, m.out_channels, k[0], s[0], m.groups, where=where)
+        return _Unit(x, n.target, m.out_channels, k[0], s[0], m.groups, p[0], m.bias is not None, where=where)
 
     def squeeze(self, n: Any, m: Any, v: Any) -> _Squeeze:
         """A 1×1 convolution with bias on pooled features: a squeeze-and-excitation's fc1 or fc2."""
@@ -474,9 +493,9 @@ class _Reader:
 
     def act_of(self, n: Any, act: str) -> Any:
         v = self.open_value(n)
-        if isinstance(v, _Unit) and v.bn is None:
+        if isinstance(v, _Unit) and v.bn is None and not v.bias:
             raise _no_norm(v)
-        if isinstance(v, _Unit) and v.bn is not None and v.act is None and not v.pool:
+        if isinstance(v, _Unit) and v.act is None and not v.pool:  # after its BN, or a conv with bias and no BN
             v.act = act
             return v
         if isinstance(v, _Sum) and v.act is None:
@@ -485,27 +504,38 @@ class _Reader:
         if isinstance(v, _Squeeze) and v.act is None and v.fc2 is None:
             v.act = act
             return v
-        if isinstance(v, _Tensor) and v.edge >= 0 and self.edges[v.edge].kind == "linear":
+        if isinstance(v, _Tensor) and v.edge >= 0 and self.edges[v.edge].kind.startswith("linear") \
+                and v.group == self.edges[v.edge].dst:
             return _Head(v, act)
         raise TraceError(f"{_where(n)}: a {act} that follows neither a convolution with its BatchNorm nor a residual "
                          f"sum; register a kind for it (docs/extending.md)")
 
     def pool(self, n: Any, k: Any, s: Any, p: Any, d: Any, ceil: bool) -> _Unit:
+        v = self.vals.get(n.args[0])
+        if not isinstance(v, _Unit) or id(v) in self.closed:
+            raise TraceError(f"{_where(n)}: a max-pool of its own, not of a conv (+ BN) + activation unit's output "
+                             f"that nothing else reads (a parallel branch's, GoogLeNet's); register a kind for it "
+                             f"(docs/extending.md)")
         u = self.open_value(n)
         pair = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v)  # noqa: E731
-        if (pair(k), pair(s), pair(p), pair(d), bool(ceil)) != ((3, 3), (2, 2), (1, 1), (1, 1), False):
-            raise TraceError(f"{_where(n)}: a max-pool other than 3×3, stride 2, padding 1; register a kind for it "
-                             f"(docs/extending.md)")
-        if not isinstance(u, _Unit) or u.bn is None or u.act is None or u.pool:
-            raise TraceError(f"{_where(n)}: a max-pool that does not follow a conv + BN + activation unit; register "
+        k, s, p, d = pair(k), pair(s if s is not None else k), pair(p), pair(d)
+        if k[0] != k[1] or s[0] != s[1] or p[0] != p[1] or d != (1, 1):
+            raise TraceError(f"{_where(n)}: a max-pool of kernel {k}, stride {s}, padding {p}, dilation {d}; the "
+                             f"registered kinds pool square windows of one stride and dilation 1. Register a kind for "
+                             f"it (docs/extending.md)")
+        if not isinstance(u, _Unit) or u.act is None or u.pool:
+            raise TraceError(f"{_where(n)}: a max-pool that does not follow a conv (+ BN) + activation unit; register "
                              f"a kind for it (docs/extending.md)")
-        u.pool = True
+        u.pool = PoolShape(int(k[0]), int(s[0]), int(p[0]), bool(ceil))
         return u
 
     def global_pool(self, n: Any, size: Any) -> _Pooled:
-        if size not in (1, (1, 1), [1, 1]):
-            raise TraceError(f"{_where(n)}: an adaptive average pool to {size}; the classifier kind pools globally")
-        return _Pooled(self.arg(n, 0))
+        x = self.arg(n, 0)
+        k = size if isinstance(size, int) else size[0] if isinstance(size, (tuple, list)) and len(set(size)) == 1 \
+            else None
+        if not isinstance(k, int):
+            raise TraceError(f"{_where(n)}: an adaptive average pool to {size}; the classifier kind pools to a square")
+        return _Pooled(x, 0 if k == 1 else k)
 
     def flatten(self, n: Any, start: Any) -> _Pooled:
         v = self.vals.get(n.args[0])
@@ -525,25 +555,33 @@ class _Reader:
             raise TraceError(f"{_where(n)}: a second Linear layer; the classifier kind is one Linear layer, or two "
                              f"with an activation between them")
         x = v.x
-        return self.edge(_Edge("linear", x.group, self.group(m.out_features), x.hw, 1, 1, (x.edge,),
-                               {"linear": path}, _where(n)))
+        if m.in_features != self.width[self.root(x.group)] * max(1, v.k) ** 2:
+            raise TraceError(f"{_where(n)}: a Linear layer of {m.in_features} inputs on pooled features of "
+                             f"{self.width[self.root(x.group)] * max(1, v.k) ** 2}")
+        return self.edge(_Edge(f"linear:pool{v.k}" if v.k else "linear", x.group, self.group(m.out_features), x.hw,
+                               1, 1, (x.edge,), {"linear": path}, _where(n), pool=v.k))
 
 
     def head(self, n: Any, path: str, m: Any, v: "_Head") -> _Tensor:
-        """The classifier's second Linear layer after its first and an activation: `linear:<hidden>:<act>` (D49)."""
+        """The classifier's next Linear layer after an activation: its last becomes a hidden layer,
+        `linear[:pool<k>]:<hidden>:<act>…` (D49, D54)."""
+        from .kinds.units import hidden_name
+
         e = self.edges[v.x.edge]
-        if "linear" not in e.modules:
-            raise TraceError(f"{_where(n)}: a third Linear layer; the classifier kind has at most two")
-        hidden = self.width[e.dst]
-        e.kind, e.modules = f"linear:{hidden}:{v.act}", {"hidden": e.modules["linear"], "out": path}
+        e.hidden.append((self.width[e.dst], v.act))
+        last = e.modules.pop("out", None) or e.modules.pop("linear")
+        e.modules[hidden_name(len(e.hidden) - 1)] = last
+        e.modules["out"] = path
+        e.kind = ":".join(["linear", *([f"pool{e.pool}"] if e.pool else []),
+                           *(f"{h}:{a}" for h, a in e.hidden)])
         e.dst = self.group(m.out_features)
         return _Tensor(e.dst, v.x.hw, v.x.edge)
 
 
 def _no_norm(u: _Unit) -> TraceError:
-    return TraceError(f"{u.where}: a convolution without a BatchNorm2d after it; the registered kinds are conv + BN "
-                      f"(+ activation) units, whose BN the supernet's masked normalisation needs (docs/method.md D10). "
-                      f"Register a kind for it (docs/extending.md)")
+    return TraceError(f"{u.where}: a convolution with neither a BatchNorm2d after it nor a bias; the registered kinds "
+                      f"are conv + BN units or convolutions with a bias (docs/method.md D54). Register a kind for it "
+                      f"(docs/extending.md)")
 
 
 def _where(n: Any) -> str:
@@ -775,9 +813,10 @@ def trained_state(traced: TracedSpace, model: Any) -> dict[str, Any]:
         for role, path in roles.items():
             for k, v in mods[path].state_dict().items():
                 out[f"{_role_path(prefix, role)}.{k}"] = v.detach().clone()
-        bias = out.pop(f"{prefix}.conv.bias", None)
-        if bias is not None and f"{prefix}.bn.running_mean" in out:
-            out[f"{prefix}.bn.running_mean"] = out[f"{prefix}.bn.running_mean"] - bias.to(torch.float32)
+        if f"{prefix}.conv.bias" not in kind_of(traced.space.thetas[e].kind).writes(prefix):
+            bias = out.pop(f"{prefix}.conv.bias", None)
+            if bias is not None and f"{prefix}.bn.running_mean" in out:
+                out[f"{prefix}.bn.running_mean"] = out[f"{prefix}.bn.running_mean"] - bias.to(torch.float32)
     return out
 
 
@@ -817,13 +856,18 @@ def read_weights(path: str | Path, model: Any) -> dict[str, Any]:
 
 def channel_importance(space: SearchSpace, state: Mapping[str, Any], node: int) -> Any:
     """Each channel of `node` scored by the layers that write it (the order a width's front slice keeps, §3's
-    slimmable networks; docs/method.md D48): the summed |γ| of their BatchNorms."""
+    slimmable networks; docs/method.md D48): the summed |γ| of their BatchNorms, a writer without one (D54) by the
+    mean |w| of its filters."""
     import torch
 
     score = torch.zeros(space.base[node - 1])
     for e, (_, d) in enumerate(space.edges):
-        if d == node and e != space.n_edges - 1 and f"layers.{e}.bn.weight" in state:
+        if d != node or e == space.n_edges - 1:
+            continue
+        if f"layers.{e}.bn.weight" in state:
             score += state[f"layers.{e}.bn.weight"].detach().abs().float()
+        elif f"layers.{e}.conv.bias" in state:  # a unit without BatchNorm
+            score += state[f"layers.{e}.conv.weight"].detach().abs().float().flatten(1).mean(1)
     return score
 
 
@@ -861,8 +905,8 @@ def ordered_state(space: SearchSpace, state: Mapping[str, Any], importance: str 
                         out[k] = out[k][perm]
             if s == node:
                 for k in kind.reads(prefix):
-                    if k in out:
-                        out[k] = out[k][:, perm]
+                    if k in out:  # a flatten classifier reads each channel's pool² features together
+                        out[k] = out[k].unflatten(1, (len(perm), -1))[:, perm].flatten(1, 2)
     return out
 
 
@@ -883,7 +927,7 @@ def module_state(traced: TracedSpace, model: Any, state: Mapping[str, Any]) -> d
             for k in m.state_dict():
                 if f"{src}.{k}" in state:
                     out[f"{path}.{k}"] = state[f"{src}.{k}"].detach().clone()
-            if isinstance(m, nn.Conv2d) and m.bias is not None and role == "conv":
+            if isinstance(m, nn.Conv2d) and m.bias is not None and role == "conv" and f"{path}.bias" not in out:
                 out[f"{path}.bias"] = torch.zeros(out[f"{path}.weight"].shape[0])
             if isinstance(m, nn.BatchNorm2d) and m.eps != BN_EPS:
                 out[f"{path}.running_var"] = (out[f"{path}.running_var"] + BN_EPS - m.eps).clamp_min(0.0)

@@ -57,12 +57,13 @@ def counted(model) -> tuple[int, int]:
 
 CONFIGS = 20
 CHECK_HW = 32
+CHECK_HW_OF = {"alexnet": 64}  # its 11×11/4 stem and three 3×3/2 pools leave nothing of a 32×32 image
 MASKED_TOL, ONNX_TOL = 1e-5, 1e-4  # on logits of standard deviation 1: float32 summation order, no more
 
 
 def agreement(space) -> tuple[float, float]:
     """(max |masked − reduced| over CONFIGS configurations, max |ONNX Runtime − torch| of one reduced network) of a
-    space traced on CHECK_HW² images, in eval mode."""
+    space traced on small images (CHECK_HW², or CHECK_HW_OF), in eval mode."""
     import numpy as np
     import torch
 
@@ -78,7 +79,8 @@ def agreement(space) -> tuple[float, float]:
     rng = np.random.default_rng(0)
     configs = [space.max_config, space.min_config]
     configs += [[int(rng.choice(c)) for c in space.layer_choices] for _ in range(CONFIGS - 2)]
-    x = torch.randn(CONFIGS, 3, CHECK_HW, CHECK_HW, generator=torch.Generator().manual_seed(1))
+    hw = space.thetas[0].in_h
+    x = torch.randn(CONFIGS, 3, hw, hw, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         last = sup.classifier.out if hasattr(sup.classifier, "out") else sup.classifier
         last.weight /= sup(x).std()  # logits of standard deviation 1 at full width
@@ -115,7 +117,8 @@ def row(name: str) -> str:
     macs, params = network_macs(space, space.base_config), network_params(space, space.base_config)
     assert (macs, params) == counted(model), (name, macs, params, counted(model))
     tied = sum(len(t) > 1 for t in space.tied())
-    masked, exported = agreement(trace_space(model, (3, CHECK_HW, CHECK_HW), name).space)
+    hw = CHECK_HW_OF.get(name, CHECK_HW)
+    masked, exported = agreement(trace_space(model, (3, hw, hw), name).space)
     assert masked <= MASKED_TOL and exported <= ONNX_TOL, (name, masked, exported)
     return (f"| `{name}` | traced | {space.n_layers} widths ({tied} tied across blocks), {macs / 1e6:.0f} MMAC, "
             f"{params / 1e6:.2f} M parameters, as torchvision's hooks count them; masked = reduced within "
@@ -132,8 +135,8 @@ def page() -> str:
         "model with 10 classes, traced on 3×224×224 inputs as `space.model: torchvision:<name>` traces it",
         "(docs/method.md D48, D49, [extending.md](extending.md)). A traced model's MACs and parameters at full width",
         "are asserted equal to those forward hooks count on torchvision's module; its supernet (random weights and",
-        f"BatchNorm statistics, eval mode, 3×{CHECK_HW}×{CHECK_HW} images) masked to each of {CONFIGS} configurations "
-        "gives the",
+        f"BatchNorm statistics, eval mode, 3×{CHECK_HW}×{CHECK_HW} images, AlexNet's 3×64×64) masked to each of "
+        f"{CONFIGS} configurations gives the",
         "reduced network's logits, and one reduced network exported to ONNX gives them in ONNX Runtime. A refused one",
         f"shows the first sentence of the error a user sees. {traced} of {len(rows)} trace today.",
         "",

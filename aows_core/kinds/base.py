@@ -24,20 +24,43 @@ GATES = ("sigmoid", "hardsigmoid")
 
 @dataclass(frozen=True)
 class ConvShape:
-    """A k×k convolution padded by k // 2: c_in → c_out channels, its stride and groups (depthwise: groups = c)."""
+    """A k×k convolution: c_in → c_out channels, its stride, groups (depthwise: groups = c) and zero padding (None:
+    k // 2)."""
 
     c_in: int
     c_out: int
     k: int = 1
     stride: int = 1
     groups: int = 1
+    pad: int | None = None
+
+    @property
+    def padding(self) -> int:
+        return self.k // 2 if self.pad is None else self.pad
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    """A k×k max-pool of stride s, padding p, its output size rounded up when `ceil` (torch's `ceil_mode`)."""
+
+    k: int = 3
+    s: int = 2
+    p: int = 1
+    ceil: bool = False
+
+    def out(self, n: int) -> int:
+        """Output size of an input of size n, as torch's MaxPool2d computes it."""
+        num = n + 2 * self.p - self.k
+        o = (-(-num // self.s) if self.ceil else num // self.s) + 1
+        return o - 1 if self.ceil and (o - 1) * self.s >= n + self.p else o
 
 
 @dataclass(frozen=True)
 class Pass:
     """One supernet pass as a kind's `forward` sees it: the width computed at every node (nodes 0..n) and the
     normalisation `norm(z, bn, node, act)` → BN of z as node `node`'s channels, activated if `act` (masked per
-    sample, sliced, recalibrated or grouped: `nets.supernet`, `nets.scoring`, `nets.batched`)."""
+    sample, sliced, recalibrated or grouped: `nets.supernet`, `nets.scoring`, `nets.batched`); `bn` None: a unit
+    without BatchNorm (its conv's bias already added), z only masked and activated."""
 
     full: Sequence[int]
     norm: Callable[[Any, Any, int, bool], Any]
@@ -100,6 +123,10 @@ class LayerKind:
         raise NotImplementedError
 
     # ---- torch --------------------------------------------------------------------------------------
+    def pooled(self, x: Any) -> Any:
+        """A classifier kind's pooling of the features (B, C, H, W) it reads: the global average, (B, C)."""
+        return x.mean((2, 3))
+
     def module(self, t: Any, c_in: int, c_out: int, *, norm: Callable[[int], Any] | None, act: str,
                device: Any = None) -> Any:
         """The fixed torch module for c_in → c_out; `norm(c)` makes a BatchNorm of c channels (None: the deployment

@@ -1,7 +1,10 @@
-"""The classifier (§7): global average pool and a linear layer, the network's last edge (node n: the classes).
+"""The classifier (§7): pooling and linear layers, the network's last edge (node n: the classes).
 
-`linear:<h>:<act>` is a classifier of two linear layers, c_in → h, the activation, h → classes (MobileNet-v3's
-head; D49): its hidden width h is kept as traced, as a squeeze-and-excitation's squeeze width is.
+`linear` is the global average pool and one linear layer. Parameters after the name give the pooling and hidden
+layers (D49, D54): `linear:1024:hardswish` is c_in → 1024, Hardswish, 1024 → classes (MobileNet-v3's head);
+`linear:pool7:4096:relu:4096:relu` average-pools to 7×7 and flattens (c_in·49 features, channel-major, so that the
+first c·49 are a width c's) before three linear layers (VGG's; AlexNet's with pool6). Hidden widths are kept as
+traced, as a squeeze-and-excitation's squeeze width is.
 """
 
 from __future__ import annotations
@@ -14,33 +17,56 @@ from .base import UNIT_ACTIVATIONS, LayerKind, Pass, register
 
 @register
 class Classifier(LayerKind):
-    """Global average pool, then Linear(c_in, classes) (or Linear(c_in, h), activation, Linear(h, classes)); pooling
-    is not counted in MACs."""
+    """Average pool (global, or to pool×pool and flattened), then Linear layers with biases: hidden ones activated,
+    the last to the classes; pooling is not counted in MACs."""
 
     name = "linear"
     classifier = True
     cost_family = "linear"
-    hidden: int = 0
-    act: str = ""
+    hidden: tuple[int, ...] = ()
+    acts: tuple[str, ...] = ()
+    pool: int = 0  # 0: global average pool; k: adaptive average pool to k×k, flattened
 
     def variant(self, args: Sequence[str]) -> LayerKind:
-        if len(args) != 2 or not args[0].isdigit() or int(args[0]) < 1 or args[1] not in UNIT_ACTIVATIONS:
-            raise ValueError(f"layer kind 'linear' takes a hidden width and its activation {UNIT_ACTIVATIONS} "
-                             f"('linear:1024:hardswish'), got {':'.join(args)!r}")
+        args = list(args)
+        pool = 0
+        if args and args[0].startswith("pool") and args[0][4:].isdigit() and int(args[0][4:]) >= 1:
+            pool = int(args.pop(0)[4:])
+        pairs = list(zip(args[::2], args[1::2]))
+        if len(args) % 2 or any(not h.isdigit() or int(h) < 1 or a not in UNIT_ACTIVATIONS for h, a in pairs) \
+                or not (pool or pairs):
+            raise ValueError(f"layer kind 'linear' takes an optional pooled size pool<k> and hidden widths, each with "
+                             f"its activation {UNIT_ACTIVATIONS} ('linear:1024:hardswish', "
+                             f"'linear:pool7:4096:relu:4096:relu'), got {':'.join(args)!r}")
         v = copy.copy(self)
-        v.hidden, v.act = int(args[0]), args[1]
+        v.pool, v.hidden, v.acts = pool, tuple(int(h) for h, _ in pairs), tuple(a for _, a in pairs)
         return v
+
+    def features(self, c: int) -> int:
+        """Pooled features of c channels: what the first linear layer reads."""
+        return c * max(1, self.pool) ** 2
+
+    def pooled(self, x: Any) -> Any:
+        """Features (B, C, H, W) pooled as this classifier reads them: (B, C), or (B, C·pool²) channel-major."""
+        if not self.pool:
+            return x.mean((2, 3))
+        import torch.nn.functional as F
+
+        return F.adaptive_avg_pool2d(x, self.pool).flatten(1)
 
     def out_hw(self, t: Any) -> tuple[int, int]:
         return 1, 1
 
+    def _widths(self, c_in: int, c_out: int) -> list[int]:
+        return [self.features(c_in), *self.hidden, c_out]
+
     def macs(self, t: Any, c_in: int, c_out: int) -> int:
-        return (c_in + c_out) * self.hidden if self.hidden else c_in * c_out
+        w = self._widths(c_in, c_out)
+        return sum(a * b for a, b in zip(w, w[1:]))
 
     def params(self, t: Any, c_in: int, c_out: int) -> int:
-        if self.hidden:
-            return (c_in + 1) * self.hidden + (self.hidden + 1) * c_out
-        return c_in * c_out + c_out
+        w = self._widths(c_in, c_out)
+        return sum((a + 1) * b for a, b in zip(w, w[1:]))
 
     def moved(self, t: Any, c_in: int, c_out: int) -> int:
         return c_in * t.in_h * t.in_w + self.macs(t, c_in, c_out)
@@ -58,29 +84,40 @@ class Classifier(LayerKind):
         if self.hidden:
             from .units import Head
 
-            return Head(c_in, self.hidden, c_out, self.act, device)
-        return nn.Linear(c_in, c_out, device=device)
+            return Head(self.features(c_in), self.hidden, c_out, self.acts, device)
+        return nn.Linear(self.features(c_in), c_out, device=device)
 
     def forward(self, mod: Any, xs: Sequence[Any], src: int, dst: int, p: Pass) -> Any:
         import torch.nn.functional as F
 
-        from .units import ACTIVATION_FUNCTIONS
+        from .units import ACTIVATION_FUNCTIONS, hidden_name
 
-        x = xs[0].mean((2, 3))
+        x = self.pooled(xs[0])
+        n = self.features(p.width(src))  # the pass's first channels' features (masked ones are zero)
+        first = mod.hidden if self.hidden else mod
+        x = F.linear(x, first.weight[:, :n], first.bias)
         if not self.hidden:
-            return F.linear(x, mod.weight[:, : p.width(src)], mod.bias)
-        h = ACTIVATION_FUNCTIONS[self.act](F.linear(x, mod.hidden.weight[:, : p.width(src)], mod.hidden.bias))
-        return mod.out(h)
+            return x
+        x = ACTIVATION_FUNCTIONS[self.acts[0]](x)
+        for i, a in enumerate(self.acts[1:], 1):
+            x = ACTIVATION_FUNCTIONS[a](getattr(mod, hidden_name(i))(x))
+        return mod.out(x)
 
     def onnx(self, g: Any, t: Any, xs: Sequence[str], out: str, path: str, c_in: int, c_out: int) -> None:
-        g.node("GlobalAveragePool", [xs[0]], ["pool"], name="pool")
+        from .units import hidden_name
+
+        if not self.pool:
+            g.node("GlobalAveragePool", [xs[0]], ["pool"], name="pool")
+        else:
+            g.adaptive_average_pool(xs[0], "pool", (t.in_h, t.in_w), self.pool)
         g.node("Flatten", ["pool"], ["flatten"], name="flatten", axis=1)
-        if not self.hidden:
-            w, b = g.param(f"{path}.weight", (c_out, c_in)), g.param(f"{path}.bias", (c_out,))
-            g.node("Gemm", ["flatten", w, b], [out], name="classifier", transB=1)
-            return
-        w1, b1 = g.param(f"{path}.hidden.weight", (self.hidden, c_in)), g.param(f"{path}.hidden.bias", (self.hidden,))
-        w2, b2 = g.param(f"{path}.out.weight", (c_out, self.hidden)), g.param(f"{path}.out.bias", (c_out,))
-        g.node("Gemm", ["flatten", w1, b1], [f"{path}.hidden"], name=f"{path}.hidden", transB=1)
-        g.activation(f"{path}.hidden", f"{path}.act", self.act)
-        g.node("Gemm", [f"{path}.act", w2, b2], [out], name="classifier", transB=1)
+        widths, x = self._widths(c_in, c_out), "flatten"
+        for i, a in enumerate(self.acts):
+            name = f"{path}.{hidden_name(i)}"
+            w, b = g.param(f"{name}.weight", (widths[i + 1], widths[i])), g.param(f"{name}.bias", (widths[i + 1],))
+            g.node("Gemm", [x, w, b], [name], name=name, transB=1)
+            x = f"{name}.act"
+            g.activation(name, x, a)
+        last = f"{path}.out" if self.hidden else path
+        w, b = g.param(f"{last}.weight", (c_out, widths[-2])), g.param(f"{last}.bias", (c_out,))
+        g.node("Gemm", [x, w, b], [out], name="classifier", transB=1)

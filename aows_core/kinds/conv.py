@@ -14,9 +14,10 @@ activation as a parameter, `conv:hardswish`, `dw:silu`, `gconv:16:relu6` (D49); 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any, Callable, Sequence
 
-from .base import UNIT_ACTIVATIONS, ConvShape, LayerKind, Pass, register
+from .base import UNIT_ACTIVATIONS, ConvShape, LayerKind, Pass, PoolShape, register
 
 
 def _with_act(kind: LayerKind, args: Sequence[str]) -> LayerKind:
@@ -29,42 +30,80 @@ def _with_act(kind: LayerKind, args: Sequence[str]) -> LayerKind:
     return v
 
 
-def _conv_hw(t: Any) -> tuple[int, int]:
-    pad = t.kernel // 2
-    return (t.in_h + 2 * pad - t.kernel) // t.stride + 1, (t.in_w + 2 * pad - t.kernel) // t.stride + 1
+_POOL = re.compile(r"mp(\d+)s(\d+)p(\d+)(c?)")
 
 
 @register
 class Conv(LayerKind):
-    """k×k conv + BN + activation, c_in → c_out."""
+    """k×k conv + BN + activation, c_in → c_out. Parameters (D49, D54), in this order: the unit's own activation;
+    `p<n>` a zero padding other than k // 2; `bias` a conv bias before the BN, or `nobn` a conv with bias and no BN;
+    for `convpool`, `mp<k>s<s>p<p>[c]` a max-pool other than 3×3/2 padded by 1 (`c`: ceil mode). `conv:p2:nobn` is
+    AlexNet's first layer (as `convpool:p2:nobn:mp3s2p0`), `convpool:bias:mp2s2p0` a VGG-BN layer before its pool."""
 
     name = "conv"
     activated = True
-    pooled = False
+    pool: PoolShape | None = None
     act: str | None = None  # the unit's own activation (D49); None: the space's
+    pad: int | None = None  # None: k // 2
+    bias = False  # a conv bias before the BN
+    norm = True  # False: no BatchNorm (the conv has a bias)
 
     def variant(self, args: Sequence[str]) -> LayerKind:
-        if not self.activated:
-            return super().variant(args)
-        return _with_act(self, args)
+        v = copy.copy(self)
+        for a in args:
+            m = _POOL.fullmatch(a)
+            if a in UNIT_ACTIVATIONS and self.activated and v.act is None:
+                v.act = a
+            elif a[:1] == "p" and a[1:].isdigit() and v.pad is None:
+                v.pad = int(a[1:])
+            elif a in ("bias", "nobn") and v.bias == self.bias and v.norm == self.norm:
+                v.bias, v.norm = a == "bias", a == "bias"
+            elif m and self.pool is not None and v.pool is self.pool and int(m[1]) >= 1 and int(m[2]) >= 1:
+                v.pool = PoolShape(int(m[1]), int(m[2]), int(m[3]), m[4] == "c")
+            else:
+                raise ValueError(f"layer kind {self.name!r} takes, once each: the unit's activation "
+                                 f"{UNIT_ACTIVATIONS if self.activated else '(none: it has no activation)'}, a padding "
+                                 f"p<n>, bias or nobn{', a max-pool mp<k>s<s>p<p>[c]' if self.pool else ''}; got "
+                                 f"{':'.join(args)!r}")
+        return v
+
+    def shape(self, t: Any, c_in: int, c_out: int) -> ConvShape:
+        return ConvShape(c_in, c_out, t.kernel, t.stride, pad=self.pad)
+
+    def _conv_hw(self, t: Any) -> tuple[int, int]:
+        pad = self.shape(t, 1, 1).padding
+        return (t.in_h + 2 * pad - t.kernel) // t.stride + 1, (t.in_w + 2 * pad - t.kernel) // t.stride + 1
+
+    def out_hw(self, t: Any) -> tuple[int, int]:
+        h, w = self._conv_hw(t)
+        return (h, w) if self.pool is None else (self.pool.out(h), self.pool.out(w))
 
     def macs(self, t: Any, c_in: int, c_out: int) -> int:
-        ho, wo = _conv_hw(t)  # a convpool's convolution, before its max-pool
+        ho, wo = self._conv_hw(t)  # a convpool's convolution, before its max-pool
         return c_in * c_out * t.kernel * t.kernel * ho * wo
 
     def params(self, t: Any, c_in: int, c_out: int) -> int:
-        return c_in * c_out * t.kernel * t.kernel + 2 * c_out
+        return c_in * c_out * t.kernel * t.kernel + (2 * c_out if self.norm else 0) + (c_out if self.has_bias else 0)
+
+    @property
+    def has_bias(self) -> bool:
+        """The training form's conv has a bias (its own, or in place of a BN)."""
+        return self.bias or not self.norm
 
     def moved(self, t: Any, c_in: int, c_out: int) -> int:
         ho, wo = self.out_hw(t)
         return c_out * ho * wo + c_in * c_out * t.kernel * t.kernel
 
+    def writes(self, prefix: str) -> tuple[str, ...]:
+        bn = super().writes(prefix)[1:] if self.norm else ()
+        return (f"{prefix}.conv.weight", *((f"{prefix}.conv.bias",) if self.has_bias else ()), *bn)
+
     def module(self, t: Any, c_in: int, c_out: int, *, norm: Callable[[int], Any] | None, act: str,
                device: Any = None) -> Any:
         from .units import Unit
 
-        return Unit(ConvShape(c_in, c_out, t.kernel, t.stride), norm, (self.act or act) if self.activated else None,
-                    self.pooled, device)
+        return Unit(self.shape(t, c_in, c_out), norm if self.norm else None,
+                    (self.act or act) if self.activated else None, self.pool, device, bias=self.bias)
 
     def forward(self, mod: Any, xs: Sequence[Any], src: int, dst: int, p: Pass) -> Any:
         from .units import unit_forward
@@ -72,20 +111,17 @@ class Conv(LayerKind):
         return unit_forward(mod, xs[0], p.width(dst), 1, dst, p, self.act)
 
     def onnx(self, g: Any, t: Any, xs: Sequence[str], out: str, path: str, c_in: int, c_out: int) -> None:
-        g.conv_unit(xs[0], out, path, ConvShape(c_in, c_out, t.kernel, t.stride),
-                    act=(self.act or True) if self.activated else False, pool=self.pooled)
+        g.conv_unit(xs[0], out, path, self.shape(t, c_in, c_out),
+                    act=(self.act or True) if self.activated else False, pool=self.pool)
 
 
 @register
 class ConvPool(Conv):
-    """k×k conv + BN + activation + 3×3/2 max-pool (ResNet's stem)."""
+    """k×k conv + BN + activation + 3×3/2 max-pool padded by 1 (ResNet's stem), or the max-pool its parameter
+    names."""
 
     name = "convpool"
-    pooled = True
-
-    def out_hw(self, t: Any) -> tuple[int, int]:
-        h, w = _conv_hw(t)
-        return (h - 1) // 2 + 1, (w - 1) // 2 + 1
+    pool = PoolShape()
 
 
 @register

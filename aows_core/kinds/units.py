@@ -1,18 +1,18 @@
 """Torch modules the built-in kinds are made of (§7): a conv unit and the residual add; imported by kinds' methods.
 
-`Unit` is k×k conv (+ BN) (+ activation) (+ 3×3/2 max-pool); `unit_forward` runs a unit inside the slimmable
+`Unit` is k×k conv (+ BN) (+ activation) (+ max-pool); `unit_forward` runs a unit inside the slimmable
 supernet: its weight sliced to the pass's widths (depthwise: `groups` = its width), normalised as its node.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import ConvShape, Pass
+from .base import ConvShape, Pass, PoolShape
 
 ACTIVATION_MODULES: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish,
                                                   "silu": nn.SiLU, "sigmoid": nn.Sigmoid,
@@ -20,18 +20,19 @@ ACTIVATION_MODULES: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "relu6": nn.R
 
 
 class Unit(nn.Sequential):
-    """k×k conv padded by k // 2 (+ BN) (+ activation) (+ 3×3/2 max-pool): one convolutional unit (§7), a sequence of
-    the children it has (`bn`, `act`, `pool` are None when absent)."""
+    """k×k conv (+ BN) (+ activation) (+ max-pool): one convolutional unit (§7), a sequence of the children it has
+    (`bn`, `act`, `pool` are None when absent). The conv has a bias where there is no BN (`norm` None: the deployment
+    form, or a unit without BatchNorm) or where `bias` asks (a conv with its own bias before its BN, VGG's)."""
 
     def __init__(self, shape: ConvShape, norm: Callable[[int], nn.Module] | None, act: str | None,
-                 pool: bool = False, device=None):
+                 pool: PoolShape | None = None, device=None, bias: bool = False):
         super().__init__()
         s = shape
-        parts = {"conv": nn.Conv2d(s.c_in, s.c_out, s.k, s.stride, s.k // 2, groups=s.groups, bias=norm is None,
-                                   device=device),
+        parts = {"conv": nn.Conv2d(s.c_in, s.c_out, s.k, s.stride, s.padding, groups=s.groups,
+                                   bias=norm is None or bias, device=device),
                  "bn": norm(s.c_out) if norm is not None else None,
                  "act": ACTIVATION_MODULES[act](inplace=True) if act else None,
-                 "pool": nn.MaxPool2d(3, 2, 1) if pool else None}
+                 "pool": nn.MaxPool2d(pool.k, pool.s, pool.p, ceil_mode=pool.ceil) if pool else None}
         for name, m in parts.items():
             if m is None:
                 object.__setattr__(self, name, None)
@@ -50,8 +51,9 @@ def unit_forward(u: Unit, x: torch.Tensor, c_out: int, groups: int, node: int, p
     own activation, applied after the mask: it maps 0 to 0, D49)."""
     c = u.conv
     w = c.weight[:c_out] if groups > 1 else c.weight[:c_out, : x.shape[1]]
+    b = c.bias[:c_out] if c.bias is not None else None
     fused = u.act is not None and own_act is None
-    z = p.norm(F.conv2d(x, w, None, c.stride, c.padding, c.dilation, groups), u.bn, node, fused)
+    z = p.norm(F.conv2d(x, w, b, c.stride, c.padding, c.dilation, groups), u.bn, node, fused)
     if own_act is not None:
         z = ACTIVATION_FUNCTIONS[own_act](z)
     return z if u.pool is None else u.pool(z)
@@ -71,17 +73,27 @@ class Excitation(nn.Module):
         return x * self.gate(self.fc2(self.act(self.fc1(x.mean((2, 3), keepdim=True)))))
 
 
-class Head(nn.Module):
-    """A classifier of two linear layers on pooled features: `out`(act(`hidden`(x))) (`kinds.classifier`, D49)."""
+def hidden_name(i: int) -> str:
+    """The module name of a classifier's (i+1)-th hidden Linear layer: `hidden`, `hidden2`, … (D49)."""
+    return "hidden" if i == 0 else f"hidden{i + 1}"
 
-    def __init__(self, c: int, hidden: int, classes: int, act: str, device=None):
+
+class Head(nn.Module):
+    """A classifier of linear layers on pooled features: `out`(act(… act(`hidden`(x)))) (`kinds.classifier`, D49);
+    `c` the pooled features' length, `hidden` the hidden widths, `acts` their activations."""
+
+    def __init__(self, c: int, hidden: Sequence[int], classes: int, acts: Sequence[str], device=None):
         super().__init__()
-        self.hidden = nn.Linear(c, hidden, device=device)
-        self.out = nn.Linear(hidden, classes, device=device)
-        self.act = ACTIVATION_FUNCTIONS[act]
+        widths = [c, *hidden]
+        for i in range(len(hidden)):
+            self.add_module(hidden_name(i), nn.Linear(widths[i], widths[i + 1], device=device))
+        self.out = nn.Linear(widths[-1], classes, device=device)
+        self.acts = [ACTIVATION_FUNCTIONS[a] for a in acts]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.act(self.hidden(x)))
+        for i, act in enumerate(self.acts):
+            x = act(getattr(self, hidden_name(i))(x))
+        return self.out(x)
 
 
 class Add(nn.Module):

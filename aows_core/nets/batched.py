@@ -125,13 +125,16 @@ class DevicePlan:
 def group_norm(z5: torch.Tensor, bn: nn.BatchNorm2d, mask: torch.Tensor | None, mode: str, stats: list,
                act: str | None) -> torch.Tensor:
     """act(BN(z5)) · mask of (G, n, C, H, W) with group g's own statistics (§3), in float32 (D29); `act` "relu",
-    "relu6" or None.
+    "relu6" or None; `bn` None (a unit without BatchNorm): act(z5) · mask.
 
     TRAIN: biased statistics of the group's n images; CALIBRATE: the same, and (mean, unbiased variance) appended
     to `stats`, as one train-mode pass leaves BatchNorm's running statistics (D22); APPLY: the next recorded pair,
     popped from the front of `stats`."""
     z5 = at_least_float32(z5)
     G, n, C = z5.shape[:3]
+    if bn is None:  # a unit without BatchNorm: no statistics, only the mask and the activation
+        out = z5 * mask.view(G, 1, C, 1, 1) if mask is not None else z5.clone()
+        return out.relu_() if act == "relu" else out.clamp_(0.0, 6.0) if act == "relu6" else out
     if mode == APPLY:
         mean, var = stats.pop(0)
     else:

@@ -125,8 +125,8 @@ class Network(nn.Module):
         return self.blocks(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits: blocks, global average pool, (dropout,) classifier."""
-        return self.classifier(self.dropout(self.features(x).mean((2, 3))))
+        """Logits: blocks, the classifier's pooling (global average, or to k×k and flattened), (dropout,) classifier."""
+        return self.classifier(self.dropout(kind_of(self.space.thetas[-1].kind).pooled(self.features(x))))
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..kinds import kind_of
-from ..kinds.base import ConvShape
+from ..kinds.base import ConvShape, PoolShape
 from ..space import SearchSpace, check_blocks
 
 OPSET = 17
@@ -97,22 +97,44 @@ class GraphBuilder:
         self.node("Clip", [z, *bounds], [y], name=y)
 
     def conv_unit(self, x: str, y: str, path: str, shape: ConvShape, *, act: bool | str = True,
-                  pool: bool = False) -> str:
+                  pool: PoolShape | None = None) -> str:
         """A `kinds.units.Unit` in deployment form (conv with bias, activation: the space's if True, or the one
-        named, 3×3/2 max-pool) from x to y."""
+        named, max-pool) from x to y."""
         k, s, g = shape.k, shape.stride, shape.groups
         w = self.param(f"{path}.conv.weight", (shape.c_out, shape.c_in // g, k, k))
         b = self.param(f"{path}.conv.bias", (shape.c_out,))
         z = f"{path}.conv" if act else y
-        self.node("Conv", [x, w, b], [z], name=z, kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4, group=g,
-                  dilations=[1, 1])
+        self.node("Conv", [x, w, b], [z], name=z, kernel_shape=[k, k], strides=[s, s], pads=[shape.padding] * 4,
+                  group=g, dilations=[1, 1])
         if act:
             a = f"{path}.act" if pool else y
             self.activation(z, a, act if isinstance(act, str) else None)
             if pool:
-                self.node("MaxPool", [a], [y], name=y, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+                self.node("MaxPool", [a], [y], name=y, kernel_shape=[pool.k] * 2, strides=[pool.s] * 2,
+                          pads=[pool.p] * 4, ceil_mode=int(pool.ceil))
         return y
 
+    def adaptive_average_pool(self, x: str, y: str, hw: tuple[int, int], k: int) -> None:
+        """y = torch's adaptive average pool of x (spatial size `hw`) to k×k: output i of an axis of size n averages
+        inputs ⌊i·n/k⌋ … ⌈(i+1)·n/k⌉ − 1, as two MatMuls with constant averaging matrices (the identity when n = k)."""
+        from onnx import TensorProto, helper
+
+        if tuple(hw) == (k, k):
+            self.node("Identity", [x], [y], name=y)
+            return
+        mats = []
+        for axis, n in (("h", hw[0]), ("w", hw[1])):
+            m = np.zeros((k, n), dtype=np.float32)
+            for i in range(k):
+                lo, hi = (i * n) // k, -(-(i + 1) * n // k)
+                m[i, lo:hi] = 1.0 / (hi - lo)
+            m = m if axis == "h" else m.T
+            name = f"{y}.{axis}"
+            self.node("Constant", [], [name], name=name,
+                      value=helper.make_tensor(name, TensorProto.FLOAT, m.shape, m.flatten().tolist()))
+            mats.append(name)
+        self.node("MatMul", [x, mats[1]], [f"{y}.rows"], name=f"{y}.rows")  # (N, C, H, k)
+        self.node("MatMul", [mats[0], f"{y}.rows"], [y], name=y)  # (N, C, k, k)
 
 def edge_graph(space: SearchSpace, i: int, c_in: int, c_out: int) -> tuple[list, list[tuple[str, tuple[int, ...]]]]:
     """ONNX nodes of edge i for c_in → c_out (widths of its source and destination nodes) and its parameters

@@ -85,6 +85,8 @@ class SubnetScorer:
 
         def calibrate(z: torch.Tensor, bn, node: int, act: bool) -> torch.Tensor:
             z = at_least_float32(z)  # D29
+            if bn is None:  # a unit without BatchNorm: no statistics
+                return _normalise(net, z, bn, None, None, act)
             var, mean = torch.var_mean(z, dim=(0, 2, 3), correction=0)
             n = z.numel() // z.shape[1]
             stats.append((mean, var * (n / (n - 1))))
@@ -95,7 +97,7 @@ class SubnetScorer:
         for x in xs:
             kept = iter(stats)
             out.append(net._block(j, x, Pass(full, lambda z, bn, node, act, kept=kept: _normalise(
-                net, at_least_float32(z), bn, *next(kept), act))))
+                net, at_least_float32(z), bn, *(next(kept) if bn is not None else (None, None)), act))))
         return cal, out
 
     def _upto(self, start_edge: int) -> int:
@@ -181,9 +183,11 @@ class SubnetScorer:
 
 
 def _normalise(net, z: torch.Tensor, bn, mean: torch.Tensor, var: torch.Tensor, act: bool) -> torch.Tensor:
-    """BN of z's channels with the given statistics and the first affine parameters of `bn`, then the space's
-    activation (in place: the normalised tensor is fresh)."""
+    """BN of z's channels with the given statistics and the first affine parameters of `bn` (None: none, z as it
+    is), then the space's activation (in place where the normalised tensor is fresh)."""
     o = z.shape[1]
+    if bn is None:
+        return F.relu(z) if net.space.act == "relu" and act else F.relu6(z) if act else z
     y = F.batch_norm(z, mean, var, bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps)
     if not act:
         return y

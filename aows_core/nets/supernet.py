@@ -104,6 +104,8 @@ class Supernet(nn.Module):
         """BN (masked batch statistics in train mode, running ones in eval), activation, channels above m zeroed;
         in float32 under autocast (D29)."""
         B, C = z.shape[:2]
+        if bn is None:  # a unit without BatchNorm: its conv's bias added, only masked
+            return self._act(z * m.to(z.dtype).view(B, C, 1, 1), act)
         if self.training:
             y = group_batch_norm(z, m, bn, self.bn_group, relu=act, update_stats=False)
             return y.clamp_max(6.0) if act and self.space.act == "relu6" else y
@@ -128,7 +130,7 @@ class Supernet(nn.Module):
             return self.forward_sliced(x, channels)
         x = self._input(x)
         if widths is None:
-            return self.classifier(self.blocks(x).mean((2, 3)))
+            return self.classifier(self._kinds[-1].pooled(self.blocks(x)))
         widths, hi = self._check_widths(widths, x.shape[0])
         widths = widths.to(x.device)
         if not truncate:
@@ -183,6 +185,8 @@ class Supernet(nn.Module):
         """BN of z's channels with the first ones of `bn` (train: batch statistics, running ones updated if asked;
         eval: running ones), then the activation; float32 under autocast (D29)."""
         o = z.shape[1]
+        if bn is None:  # a unit without BatchNorm
+            return self._act(z, act)
         if self.training and self.bn_group is not None:  # statistics of every rank's batch (D30)
             ones = torch.ones((z.shape[0], o), dtype=torch.float32, device=z.device)
             y = group_batch_norm(z, ones, bn, self.bn_group, relu=act, update_stats=update_stats)

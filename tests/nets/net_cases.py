@@ -9,7 +9,7 @@ import torch
 import torchvision
 from torch import nn
 
-from aows_core.kinds.units import Excitation
+from aows_core.kinds.units import Excitation, Unit
 from aows_core.space import Stage, build_space, get_space
 from aows_core.tracing import load_model, trace_space
 
@@ -32,9 +32,13 @@ TRACED_MNASNET = trace_space(torchvision.models.mnasnet0_5(num_classes=5), (3, 3
 # squeeze-and-excitation, a SiLU head: units of their own activations beside the space's ReLU.
 TRACED_EXAMPLE = trace_space(load_model(str(Path(__file__).parents[2] / "examples" / "my_cnn.py") + ":my_cnn",
                                         {"width": 8}), (1, 28, 28), "traced_example", n_choices=4).space
+# A network in AlexNet's and VGG's style (D54): BN-less convolutions with biases, one with a bias before its BN, other
+# paddings and max-pools, a flatten classifier of three Linear layers.
+TRACED_PLAIN = trace_space(load_model(str(Path(__file__).parents[1] / "fixtures" / "user_models.py") + ":plain_net",
+                                      {"width": 16}), (1, 28, 28), "traced_plain", n_choices=4).space
 FAMILIES = {"mobilenet_v1_fmnist": get_space("mobilenet_v1_fmnist"), "mobilenet_v2_fmnist": get_space("mobilenet_v2_fmnist"),
             "resnet_fmnist": get_space("resnet_fmnist"), "tiny_bottleneck": TINY_BOTTLENECK, "traced_user": TRACED_USER,
-            "traced_mnasnet": TRACED_MNASNET, "traced_example": TRACED_EXAMPLE}
+            "traced_mnasnet": TRACED_MNASNET, "traced_example": TRACED_EXAMPLE, "traced_plain": TRACED_PLAIN}
 
 
 def random_configs(space, n: int, seed: int = 0) -> list[list[int]]:
@@ -54,7 +58,8 @@ def randomise(model: nn.Module, seed: int = 0) -> nn.Module:
     """Non-trivial BN running statistics and affine parameters (non-zero shifts: D10), a classifier with O(1) logits;
     in a "relu6" space BN gains 4× larger, so that ReLU6 saturates (3–12 % of activations above 6); a
     squeeze-and-excitation's gates open to about 0.9 (D49). A module of
-    another kind (a user's, D48) gets its BNs and its convolutions' own biases randomised."""
+    another kind (a user's, D48) gets its BNs and its convolutions' own biases randomised, so does a network's conv
+    with a bias (a unit without BN, D54)."""
     g = torch.Generator().manual_seed(seed)
     gain = 4.0 if getattr(model, "space", None) is not None and model.space.act == "relu6" else 1.0
     with torch.no_grad():
@@ -69,8 +74,13 @@ def randomise(model: nn.Module, seed: int = 0) -> nn.Module:
                 m.fc2.bias.copy_(2.5 + 0.5 * torch.randn(m.fc2.bias.shape, generator=g))
             elif isinstance(m, nn.Conv2d) and m.bias is not None and getattr(model, "space", None) is None:
                 m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
-        if not isinstance(getattr(model, "classifier", None), nn.Linear):
+            elif isinstance(m, Unit) and m.conv.bias is not None:  # a unit without BN or with its conv's own bias
+                m.conv.bias.copy_(0.3 * torch.randn(m.conv.bias.shape, generator=g))
+        head = getattr(model, "classifier", None)
+        if getattr(model, "space", None) is None or not isinstance(head, nn.Module):
             return model
-        w = model.classifier.weight
-        w.copy_(torch.randn(w.shape, generator=g) / w.shape[1] ** 0.5)
+        linears = [m for m in head.modules() if isinstance(m, nn.Linear)]
+        for k, lin in enumerate(linears):  # variance-preserving through ReLUs: logits of order 1
+            gain = 1.0 if k == len(linears) - 1 else 2.0 ** 0.5
+            lin.weight.copy_(gain * torch.randn(lin.weight.shape, generator=g) / lin.weight.shape[1] ** 0.5)
     return model
