@@ -399,8 +399,9 @@ def frontier(n_nodes: int, edges: Sequence[tuple[int, int]]) -> list[list[int]]:
 
 
 def check_blocks(space: SearchSpace) -> None:
-    """Refuse spaces the networks cannot build (D44): the classifier (`linear`) is the last edge and only there, and
-    the blocks run in sequence (each reads the node the previous one wrote), covering every edge once."""
+    """Refuse spaces the networks cannot build (D44): the classifier (`linear`) is the last edge and only there, the
+    blocks run in sequence (each reads the node the previous one wrote), covering every edge once, and a
+    concatenation's nodes keep one width (D55)."""
     last = space.n_edges - 1
     for i, t in enumerate(space.thetas):
         if kind_of(t.kind).classifier != (i == last):
@@ -408,6 +409,12 @@ def check_blocks(space: SearchSpace) -> None:
                              f"('linear') as its last edge and only there")
     node, seen = 0, []
     for j, b in enumerate(space.blocks):
+        if b.add >= 0 and space.thetas[b.add].kind.split(":")[0] == "cat":  # operands and result of one width
+            ends = (space.edges[b.edges[-1]][1], space.edges[b.shortcut][1] if b.shortcut >= 0 else b.src, b.dst)
+            searched = [d for d in ends if len(space.choices[d]) > 1]
+            if searched:
+                raise ValueError(f"space {space.name!r}: block {j} concatenates node {searched[0]}, whose width is "
+                                 f"searched; a concatenation's operands and result keep one width (D55)")
         if b.src != node:
             raise ValueError(f"space {space.name!r}: block {j} reads node {b.src}, but the previous block wrote {node}")
         seen += [*b.edges, *(e for e in (b.shortcut, b.add) if e >= 0)]

@@ -205,6 +205,7 @@ class _Reader:
         self.edges: list[_Edge] = []
         self.vals: dict[Any, Any] = {}
         self.closed: dict[int, _Tensor] = {}  # an open unit or sum, by id, once its edge is made
+        self.joined: set[int] = set()  # groups a concatenation reads or writes: kept at their traced width (D55)
 
     # ---- groups --------------------------------------------------------------------------------
     def group(self, c: int) -> int:
@@ -261,7 +262,7 @@ class _Reader:
             p = u.pool
             params = [f"p{u.pad}"] * (u.pad != u.kernel // 2) + (["nobn"] if u.bn is None else ["bias"] * u.bias)
             if p is not None and p != PoolShape():
-                params.append(f"mp{p.k}s{p.s}p{p.p}{'c' * p.ceil}")
+                params.append(p.token)
             kind = ":".join(["convpool" if p else ("conv" if u.act else "pconv"), *params])
             dst = self.group(u.c_out)
         mods = {"conv": u.conv, "bn": u.bn} if u.bn else {"conv": u.conv}
@@ -320,10 +321,21 @@ class _Reader:
             else:
                 self.vals[n] = self.node(n)
         res = self.vals.get(out.args[0]) if out is not None and not isinstance(out.args[0], (tuple, list)) else None
+        if isinstance(res, _Pooled) and not res.k and res.x.edge == len(self.edges) - 1:
+            res = self.conv_classifier(res)
         if not isinstance(res, _Tensor) or res.edge < 0 or not self.edges[res.edge].kind.startswith("linear"):
             raise TraceError("the module's output is not the logits of a final Linear layer after a global average "
                              "pool; aows searches classifiers of one output")
         return res, out
+
+    def conv_classifier(self, v: _Pooled) -> Any:
+        """Globally pooled logits of a 1×1 convolution with bias and its activation, the network's last layer:
+        the classifier `linear:conv:<act>` (SqueezeNet's, D55)."""
+        e = self.edges[v.x.edge]
+        if e.kind != "conv:nobn" or e.kernel != 1 or e.stride != 1 or e.act is None:
+            return v
+        e.kind, e.modules, e.act = f"linear:conv:{e.act}", {"conv": e.modules["conv"]}, None
+        return _Tensor(e.dst, (1, 1), v.x.edge)
 
     def node(self, n: Any) -> Any:
         """What node n computes, from the values of its arguments."""
@@ -368,6 +380,8 @@ class _Reader:
             if a is None or b is None:
                 raise TraceError(f"{_where(n)}: adds a constant to a tensor; aows's kinds add two tensors only")
             return _Sum((self.close(a, n), self.close(b, n)), where=_where(n))
+        if f in (torch.cat, torch.concat):
+            return self.concat(n)
         acts = {F.relu: "relu", torch.relu: "relu", "relu": "relu", "relu_": "relu", F.relu6: "relu6",
                 F.hardswish: "hardswish", F.silu: "silu", torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid",
                 "sigmoid": "sigmoid", F.hardsigmoid: "hardsigmoid"}
@@ -402,6 +416,23 @@ class _Reader:
                          f"BatchNorm units, ReLU/ReLU6, a max-pool after a stem, residual sums, the global average pool "
                          f"and the classifier. Keep the module that calls it out of the searched network, or register "
                          f"a kind for it (docs/extending.md)")
+
+    def concat(self, n: Any) -> _Tensor:
+        """torch.cat of two branches along channels: a `cat` edge, every group it touches kept at its width (D55)."""
+        xs = n.args[0] if n.args else n.kwargs.get("tensors")
+        dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+        if isinstance(xs, (tuple, list)) and len(xs) == 1 and xs[0] in self.vals:  # the identity
+            return self.vals[xs[0]]
+        if not isinstance(xs, (tuple, list)) or len(xs) != 2 or int(dim) not in (1, -3):
+            raise TraceError(f"{_where(n)}: a concatenation of {len(xs) if isinstance(xs, (tuple, list)) else '?'} "
+                             f"tensors along dimension {dim}; aows's blocks join two branches along channels "
+                             f"(register a kind for this block, docs/extending.md)")
+        a, b = (self.close(self.vals[x], n) if x in self.vals else None for x in xs)
+        if a is None or b is None or a.hw != b.hw:
+            raise TraceError(f"{_where(n)}: a concatenation of tensors of different sizes, or not of traced tensors")
+        g = self.group(self.width[self.root(a.group)] + self.width[self.root(b.group)])
+        self.joined.update((a.group, b.group, g))
+        return self.edge(_Edge("cat", a.group, g, a.hw, 1, 1, (a.edge, b.edge), {}, _where(n)))
 
     def product(self, n: Any) -> _Tensor:
         """x · gate, a squeeze-and-excitation's end; any other product is refused."""
@@ -510,24 +541,23 @@ class _Reader:
         raise TraceError(f"{_where(n)}: a {act} that follows neither a convolution with its BatchNorm nor a residual "
                          f"sum; register a kind for it (docs/extending.md)")
 
-    def pool(self, n: Any, k: Any, s: Any, p: Any, d: Any, ceil: bool) -> _Unit:
-        v = self.vals.get(n.args[0])
-        if not isinstance(v, _Unit) or id(v) in self.closed:
-            raise TraceError(f"{_where(n)}: a max-pool of its own, not of a conv (+ BN) + activation unit's output "
-                             f"that nothing else reads (a parallel branch's, GoogLeNet's); register a kind for it "
-                             f"(docs/extending.md)")
-        u = self.open_value(n)
+    def pool(self, n: Any, k: Any, s: Any, p: Any, d: Any, ceil: bool) -> Any:
+        """A max-pool: part of the conv (+ BN) + activation unit it follows where nothing else reads that unit
+        (`convpool`), else a layer of its own on one width (`maxpool`, D55)."""
         pair = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v)  # noqa: E731
         k, s, p, d = pair(k), pair(s if s is not None else k), pair(p), pair(d)
         if k[0] != k[1] or s[0] != s[1] or p[0] != p[1] or d != (1, 1):
             raise TraceError(f"{_where(n)}: a max-pool of kernel {k}, stride {s}, padding {p}, dilation {d}; the "
                              f"registered kinds pool square windows of one stride and dilation 1. Register a kind for "
                              f"it (docs/extending.md)")
-        if not isinstance(u, _Unit) or u.act is None or u.pool:
-            raise TraceError(f"{_where(n)}: a max-pool that does not follow a conv (+ BN) + activation unit; register "
-                             f"a kind for it (docs/extending.md)")
-        u.pool = PoolShape(int(k[0]), int(s[0]), int(p[0]), bool(ceil))
-        return u
+        pool = PoolShape(int(k[0]), int(s[0]), int(p[0]), bool(ceil))
+        v = self.vals.get(n.args[0])
+        if isinstance(v, _Unit) and id(v) not in self.closed and v.act is not None and v.pool is None:
+            v.pool = pool
+            return v
+        t = self.arg(n, 0)
+        kind = "maxpool" if pool == PoolShape() else f"maxpool:{pool.token}"
+        return self.edge(_Edge(kind, t.group, t.group, t.hw, pool.s, pool.k, (t.edge,), {}, _where(n)))
 
     def global_pool(self, n: Any, size: Any) -> _Pooled:
         x = self.arg(n, 0)
@@ -625,6 +655,8 @@ def _blocks(edges: list[_Edge]) -> list[tuple[list[int], int, int]]:
             raise TraceError(f"{e.where}: a residual sum whose branches do not split from one tensor; aows's blocks "
                              f"are a main branch and a shortcut from the block's input")
         main, short = (pa, pb) if len(pa) >= len(pb) else (pb, pa)
+        if e.kind == "cat" and main is pb:  # the network joins (main, shortcut): the shortcut's channels come first
+            e.kind = "cat:r"
         if len(short) > 1 or not main:
             raise TraceError(f"{e.where}: a residual sum of two branches with {len(main)} and {len(short)} layers; "
                              f"aows's blocks sum a main branch and a shortcut of at most one layer")
@@ -667,7 +699,7 @@ def trace_space(model: Any, input_shape: Sequence[int], name: str = "traced", *,
     renum = {old: new for new, old in enumerate(order)}
     roots = [reader.root(g) for g in range(len(reader.parent))]
     node_of = _nodes(edges, order, roots)
-    fixed_groups = _fixed_groups(fixed, edges, roots)
+    fixed_groups = _fixed_groups(fixed, edges, roots) | {roots[g] for g in reader.joined}
     mults = np.linspace(min_mult, 1.0, n_choices)
     choices: list[tuple[int, ...]] = [()] * len(node_of)
     step = {g: divisor for g in node_of}
@@ -681,7 +713,8 @@ def trace_space(model: Any, input_shape: Sequence[int], name: str = "traced", *,
     for main, sc, add in blocks:
         src, dst = space_edges[renum[main[0]]][0], space_edges[renum[add if add >= 0 else main[-1]]][1]
         inner = next((space_edges[renum[j]][1] for j in main[:-1] if space_edges[renum[j]][1] not in (src, dst)), -1)
-        kind = "-".join(edges[j].kind for j in main) if add < 0 else "residual"
+        kind = "-".join(edges[j].kind for j in main) if add < 0 else \
+            "concat" if edges[add].kind.startswith("cat") else "residual"
         space_blocks.append(Block("classifier" if kind.startswith("linear") else kind, src, dst, inner,
                                   math.prod(edges[j].stride for j in main), tuple(renum[j] for j in main),
                                   renum[sc] if sc >= 0 else -1, renum[add] if add >= 0 else -1))
@@ -813,10 +846,10 @@ def trained_state(traced: TracedSpace, model: Any) -> dict[str, Any]:
         for role, path in roles.items():
             for k, v in mods[path].state_dict().items():
                 out[f"{_role_path(prefix, role)}.{k}"] = v.detach().clone()
-        if f"{prefix}.conv.bias" not in kind_of(traced.space.thetas[e].kind).writes(prefix):
-            bias = out.pop(f"{prefix}.conv.bias", None)
-            if bias is not None and f"{prefix}.bn.running_mean" in out:
-                out[f"{prefix}.bn.running_mean"] = out[f"{prefix}.bn.running_mean"] - bias.to(torch.float32)
+        own = f"{prefix}.conv.bias" in kind_of(traced.space.thetas[e].kind).writes(prefix)
+        if not own and f"{prefix}.conv.bias" in out and f"{prefix}.bn.running_mean" in out:
+            bias = out.pop(f"{prefix}.conv.bias")
+            out[f"{prefix}.bn.running_mean"] = out[f"{prefix}.bn.running_mean"] - bias.to(torch.float32)
     return out
 
 
@@ -892,6 +925,8 @@ def ordered_state(space: SearchSpace, state: Mapping[str, Any], importance: str 
     if importance == "none":
         return out
     for node in range(1, space.n_nodes - 1):
+        if len(space.choices[node]) == 1:  # always whole (a concatenation's operands keep their order, D55)
+            continue
         g = node_group_width(space, node)
         score = channel_importance(space, state, node)
         groups = score.view(-1, g).sum(1).argsort(descending=True, stable=True)

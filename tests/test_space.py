@@ -114,7 +114,7 @@ def test_a_network_needs_the_classifier_last_and_only_there():
 
 
 def test_an_unknown_or_misplaced_layer_kind_is_refused_naming_the_registered_ones():
-    with pytest.raises(ValueError, match=r"unknown layer kind 'capsule'; registered kinds: \['add', 'conv'"):
+    with pytest.raises(ValueError, match=r"unknown layer kind 'capsule'; registered kinds: \['add', 'cat', 'conv'"):
         SearchSpace("bad", ((1,), (8, 16), (4,)), (Theta(4, 4, 1, 3, "capsule"), Theta(4, 4, 1, 1, "linear")))
     with pytest.raises(ValueError, match="reads and writes one width"):
         SearchSpace("bad", ((1,), (8, 16), (4,)), (Theta(4, 4, 1, 3, "dw"), Theta(4, 4, 1, 1, "linear")))

@@ -2,13 +2,13 @@
 
 `kind_of(t.kind)` answers for a layer: its latency variable, output size, MACs, parameters, memory traffic, its
 torch module, its supernet forward and its ONNX nodes. Built in: conv, convpool, pconv, dw, dwsep, gconv (`conv`),
-se (`excitation`), add, sum (`residual`), linear (`classifier`); a kind's parameters follow its name (`conv:silu`,
+se (`excitation`), add, sum (`residual`), cat, maxpool (`concat`), linear (`classifier`); a kind's parameters follow its name (`conv:silu`,
 `gconv:16`, `se:16:relu:sigmoid`; D49; `convpool:p2:nobn:mp3s2p0`, `linear:pool7:4096:relu:4096:relu`; D54). A new kind is one class registered with `register`. Imports no torch.
 """
 
 from __future__ import annotations
 
-from . import classifier, conv, excitation, residual  # noqa: F401  (registers the built-in kinds)
+from . import classifier, concat, conv, excitation, residual  # noqa: F401  (registers the built-in kinds)
 from .base import ACTIVATIONS, KINDS, LayerKind, Pass, kind_of, register, unregister
 
 __all__ = ["ACTIVATIONS", "KINDS", "LayerKind", "Pass", "kind_of", "register", "unregister"]

@@ -10,6 +10,7 @@ that need them (`units`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Sequence
 
@@ -47,6 +48,19 @@ class PoolShape:
     s: int = 2
     p: int = 1
     ceil: bool = False
+
+    @property
+    def token(self) -> str:
+        """The pool as a kind's parameter names it: `mp<k>s<s>p<p>`, `c` in ceil mode (D54)."""
+        return f"mp{self.k}s{self.s}p{self.p}{'c' * self.ceil}"
+
+    @classmethod
+    def parse(cls, token: str) -> "PoolShape | None":
+        """The pool `token` names, or None."""
+        m = re.fullmatch(r"mp(\d+)s(\d+)p(\d+)(c?)", token)
+        if m is None or int(m[1]) < 1 or int(m[2]) < 1:
+            return None
+        return cls(int(m[1]), int(m[2]), int(m[3]), m[4] == "c")
 
     def out(self, n: int) -> int:
         """Output size of an input of size n, as torch's MaxPool2d computes it."""
@@ -142,6 +156,24 @@ class LayerKind:
         """Append the deployment form's nodes and parameters to the graph builder `g` (`nets.onnx.GraphBuilder`):
         inputs `xs`, output tensor `out`, parameters named after the module path `path`."""
         raise NotImplementedError
+
+
+class Parameterless(LayerKind):
+    """A kind without parameters or MACs (a sum, a concatenation, a max-pool): nothing to count, slice or reorder."""
+
+    cost_family = "linear"
+
+    def macs(self, t: Any, c_in: int, c_out: int) -> int:
+        return 0
+
+    def params(self, t: Any, c_in: int, c_out: int) -> int:
+        return 0
+
+    def writes(self, prefix: str) -> tuple[str, ...]:
+        return ()
+
+    def reads(self, prefix: str) -> tuple[str, ...]:
+        return ()
 
 
 KINDS: dict[str, LayerKind] = {}

@@ -14,7 +14,6 @@ activation as a parameter, `conv:hardswish`, `dw:silu`, `gconv:16:relu6` (D49); 
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any, Callable, Sequence
 
 from .base import UNIT_ACTIVATIONS, ConvShape, LayerKind, Pass, PoolShape, register
@@ -28,9 +27,6 @@ def _with_act(kind: LayerKind, args: Sequence[str]) -> LayerKind:
     v = copy.copy(kind)
     v.act = args[0]
     return v
-
-
-_POOL = re.compile(r"mp(\d+)s(\d+)p(\d+)(c?)")
 
 
 @register
@@ -51,15 +47,15 @@ class Conv(LayerKind):
     def variant(self, args: Sequence[str]) -> LayerKind:
         v = copy.copy(self)
         for a in args:
-            m = _POOL.fullmatch(a)
+            pool = PoolShape.parse(a)
             if a in UNIT_ACTIVATIONS and self.activated and v.act is None:
                 v.act = a
             elif a[:1] == "p" and a[1:].isdigit() and v.pad is None:
                 v.pad = int(a[1:])
             elif a in ("bias", "nobn") and v.bias == self.bias and v.norm == self.norm:
                 v.bias, v.norm = a == "bias", a == "bias"
-            elif m and self.pool is not None and v.pool is self.pool and int(m[1]) >= 1 and int(m[2]) >= 1:
-                v.pool = PoolShape(int(m[1]), int(m[2]), int(m[3]), m[4] == "c")
+            elif pool and self.pool is not None and v.pool is self.pool:
+                v.pool = pool
             else:
                 raise ValueError(f"layer kind {self.name!r} takes, once each: the unit's activation "
                                  f"{UNIT_ACTIVATIONS if self.activated else '(none: it has no activation)'}, a padding "

@@ -6,33 +6,23 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from .base import LayerKind, Pass, register
+from .base import Parameterless, Pass, register
 
 
 @register
-class ResidualAdd(LayerKind):
+class ResidualAdd(Parameterless):
     """y + shortcut (+ ReLU in a "relu" space) on one width."""
 
     name = "add"
     one_width = True
-    cost_family = "linear"
 
     def activated(self, act: str) -> bool:
         """Whether the sum is ReLU'd in a space of activation `act`."""
         return act == "relu"
 
-    def macs(self, t: Any, c_in: int, c_out: int) -> int:
-        return 0
-
-    def params(self, t: Any, c_in: int, c_out: int) -> int:
-        return 0
-
     def moved(self, t: Any, c_in: int, c_out: int) -> int:
         ho, wo = self.out_hw(t)
         return 3 * c_out * ho * wo  # two operands read, one written
-
-    def writes(self, prefix: str) -> tuple[str, ...]:
-        return ()
 
     def module(self, t: Any, c_in: int, c_out: int, *, norm: Callable[[int], Any] | None, act: str,
                device: Any = None) -> Any:

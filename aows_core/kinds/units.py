@@ -96,6 +96,19 @@ class Head(nn.Module):
         return self.out(x)
 
 
+class ConvHead(nn.Module):
+    """A convolutional classifier: global average pool of act(`conv`(x)), `conv` a 1×1 convolution with bias to the
+    classes (SqueezeNet's; `kinds.classifier`, D55)."""
+
+    def __init__(self, c: int, classes: int, act: str, device=None):
+        super().__init__()
+        self.conv = nn.Conv2d(c, classes, 1, device=device)
+        self.act = ACTIVATION_FUNCTIONS[act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.conv(x)).mean((2, 3))
+
+
 class Add(nn.Module):
     """The residual add of a block, ReLU'd after the sum in a "relu" space (ResNet; D44)."""
 
@@ -106,3 +119,14 @@ class Add(nn.Module):
     def forward(self, y: torch.Tensor, shortcut: torch.Tensor) -> torch.Tensor:
         y = y + shortcut
         return F.relu(y) if self.relu else y
+
+
+class Concatenation(nn.Module):
+    """The channels of a block's main branch, then its shortcut's (`reverse`: the other way round; `kinds.concat`)."""
+
+    def __init__(self, reverse: bool):
+        super().__init__()
+        self.reverse = bool(reverse)
+
+    def forward(self, y: torch.Tensor, shortcut: torch.Tensor) -> torch.Tensor:
+        return torch.cat([shortcut, y] if self.reverse else [y, shortcut], 1)

@@ -72,7 +72,9 @@ def report(d: dict[str, Any], args: argparse.Namespace) -> None:
     if args.json:
         print(_json.dumps(d, indent=2))
     else:
-        print(f"{d['name']} (hash {d['hash']}): {d['n_layers']} searchable widths, {d['resolution']} input, "
+        kept = sum(len(n["choices"]) == 1 for n in d["nodes"][1:-1])
+        widths = f"{d['n_layers']} searchable widths" + (f" ({kept} of one width)" if kept else "")
+        print(f"{d['name']} (hash {d['hash']}): {widths}, {d['resolution']} input, "
               f"{d['n_variables']} latency variables for {d['n_slots']} slots, {d['size']:.3e} configurations")
         print(f"  multiplier 1.0: {d['base_macs'] / 1e6:.1f} MMAC, {d['base_params'] / 1e6:.3f} M parameters")
         for n in d["nodes"][1:-1]:
@@ -83,6 +85,6 @@ def report(d: dict[str, Any], args: argparse.Namespace) -> None:
             w = max(len(e["kind"]) for e in d["edges"])
             for e in d["edges"]:
                 m = e["modules"]
-                where = m.get("conv") or m.get("linear") or next(iter(m.values()), "(sum)").rpartition(".")[0] \
-                    if m else "(sum)"
+                where = m.get("conv") or m.get("linear") or next(iter(m.values()), "").rpartition(".")[0] \
+                    if m else f"({e['kind'].split(':')[0]})"
                 print(f"  {e['edge']:4d} {e['kind']:{w}s} {e['src']:3d} → {e['dst']:<3d} {where}")

@@ -281,6 +281,29 @@ def test_onnxruntime_times_a_residual_network_torch_computes_and_wider_is_slower
     projected shortcuts, strides, ReLU6), unoptimised and fully optimised; and its latency grows with width."""
     space = get_space(preset)
     assert not space.is_chain
+    opt = _onnx_graphs_compute_torchs(space)
+    assert network_macs(space, space.max_config) > 10 * network_macs(space, space.min_config)
+    lo = np.median(opt.measure(space.min_config, 7, 1, 0).samples)
+    hi = np.median(opt.measure(space.max_config, 7, 1, 0).samples)
+    assert hi > 1.5 * lo, (lo, hi)
+
+
+@pytest.mark.parametrize("model", ["plain_net", "fire_net"])
+def test_onnxruntime_times_a_traced_network_torch_computes(model):
+    """The same for a user's network traced (D54, D55): convolutions without BN and of other paddings, max-pools,
+    a flatten classifier of three layers over an uneven adaptive pool; concatenated branches, max-pools of their own,
+    a convolutional classifier."""
+    from pathlib import Path
+
+    from aows_core.tracing import load_model, trace_space
+
+    path = Path(__file__).parents[1] / "fixtures" / "user_models.py"
+    _onnx_graphs_compute_torchs(trace_space(load_model(f"{path}:{model}", {"width": 32}), (1, 28, 28)).space)
+
+
+def _onnx_graphs_compute_torchs(space):
+    """The onnxruntime device's graphs of three configurations, unoptimised and fully optimised, compute torch's
+    deployment-form network of the timing pool's weights; the optimised device."""
     fast = get_device(spec("onnxruntime", graph_optimization="disable"), space, 0)
     opt = get_device(spec("onnxruntime", graph_optimization="all"), space, 0)
     pool, off = fast.graphs.pool, fast.graphs.offsets
@@ -300,7 +323,4 @@ def test_onnxruntime_times_a_residual_network_torch_computes_and_wider_is_slower
         np.testing.assert_allclose(opt.session(cfg).run(None, {"input": opt.x})[0], ref, rtol=1e-3, atol=1e-3 * scale)
         outs.append(out)
     assert not np.allclose(outs[0], outs[1])  # the widths reach the graph
-    assert network_macs(space, space.max_config) > 10 * network_macs(space, space.min_config)
-    lo = np.median(opt.measure(space.min_config, 7, 1, 0).samples)
-    hi = np.median(opt.measure(space.max_config, 7, 1, 0).samples)
-    assert hi > 1.5 * lo, (lo, hi)
+    return opt

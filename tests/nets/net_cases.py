@@ -36,9 +36,13 @@ TRACED_EXAMPLE = trace_space(load_model(str(Path(__file__).parents[2] / "example
 # paddings and max-pools, a flatten classifier of three Linear layers.
 TRACED_PLAIN = trace_space(load_model(str(Path(__file__).parents[1] / "fixtures" / "user_models.py") + ":plain_net",
                                       {"width": 16}), (1, 28, 28), "traced_plain", n_choices=4).space
+# A network in SqueezeNet's style (D55): Fire modules joined by concatenation, max-pools of their own, a
+# convolutional classifier.
+TRACED_FIRE = trace_space(load_model(str(Path(__file__).parents[1] / "fixtures" / "user_models.py") + ":fire_net",
+                                     {"width": 32}), (1, 28, 28), "traced_fire", n_choices=4).space
 FAMILIES = {"mobilenet_v1_fmnist": get_space("mobilenet_v1_fmnist"), "mobilenet_v2_fmnist": get_space("mobilenet_v2_fmnist"),
             "resnet_fmnist": get_space("resnet_fmnist"), "tiny_bottleneck": TINY_BOTTLENECK, "traced_user": TRACED_USER,
-            "traced_mnasnet": TRACED_MNASNET, "traced_example": TRACED_EXAMPLE, "traced_plain": TRACED_PLAIN}
+            "traced_mnasnet": TRACED_MNASNET, "traced_example": TRACED_EXAMPLE, "traced_plain": TRACED_PLAIN, "traced_fire": TRACED_FIRE}
 
 
 def random_configs(space, n: int, seed: int = 0) -> list[list[int]]:

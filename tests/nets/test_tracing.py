@@ -72,15 +72,16 @@ def test_torchvision_traces_into_the_preset(name):
                                   lambda: load_model("timm:efficientnet_b0", {"num_classes": 10}),
                                   lambda: load_model(f"{USER}:small_net", {"in_channels": 3}),
                                   lambda: load_model(f"{EXAMPLE}:my_cnn", {"in_channels": 3}),
-                                  lambda: load_model(f"{USER}:plain_net", {"in_channels": 3})],
+                                  lambda: load_model(f"{USER}:plain_net", {"in_channels": 3}),
+                                  lambda: load_model(f"{USER}:fire_net", {"in_channels": 3, "width": 32})],
                          ids=["resnet18", "mobilenet_v2", "mnasnet0_5", "efficientnet_b0", "regnet_y_400mf",
-                              "mobilenet_v3_small", "timm_efficientnet_b0", "user", "example", "plain"])
+                              "mobilenet_v3_small", "timm_efficientnet_b0", "user", "example", "plain", "fire"])
 def test_widest_network_is_the_model_with_its_weights(make):
     """The fixed network at the traced widths, given `trained_state`, computes the model's logits (eval mode), and so
     does its deployment form (BN folded): units of their own activations (SiLU, Hardswish), grouped convolutions,
     squeeze-and-excitation and a two-layer head included (D49); convolutions with biases with and without BatchNorm,
     unpadded ones, other max-pools and a flatten classifier of three Linear layers over an uneven 11×11 → 3×3 pool
-    (D54)."""
+    (D54); concatenated branches, max-pools of their own and a convolutional classifier (D55)."""
     model = randomise(make(), seed=1).eval()
     traced = trace_space(model, (3, 48, 48))
     space = traced.space
@@ -166,9 +167,8 @@ def test_choices_and_fixed_modules():
 @pytest.mark.parametrize("name, module, what", [
     ("convnext_tiny", "features.0.1", "'permute'"),
     ("shufflenet_v2_x1_0", "stage2.0.branch1.0", "depthwise convolution without an activation"),
-    ("densenet121", "features.denseblock1", "'cat'"),
-    ("squeezenet1_0", "features.3", "'cat'"),
-    ("googlenet", "inception3a.branch4.0", "a max-pool of its own"),
+    ("densenet121", "denselayer1.norm1", "a BatchNorm2d that does not directly follow a convolution"),
+    ("googlenet", "inception3a", "a concatenation of 4 tensors"),
 ])
 def test_what_no_kind_runs_is_refused_naming_the_module(name, module, what):
     """An operator or module no registered kind runs stops the trace, naming the module and the way out."""
@@ -230,13 +230,14 @@ def test_cli_prints_a_traced_space(capsys):
                                   lambda: torchvision.models.mobilenet_v2(num_classes=10),
                                   lambda: load_model(f"{USER}:small_net", {"in_channels": 3}),
                                   lambda: load_model(f"{EXAMPLE}:my_cnn", {"in_channels": 3}),
-                                  lambda: load_model(f"{USER}:plain_net", {"in_channels": 3})],
-                         ids=["resnet18", "mobilenet_v2", "user", "example", "plain"])
+                                  lambda: load_model(f"{USER}:plain_net", {"in_channels": 3}),
+                                  lambda: load_model(f"{USER}:fire_net", {"in_channels": 3, "width": 32})],
+                         ids=["resnet18", "mobilenet_v2", "user", "example", "plain", "fire"])
 def test_channels_ordered_by_importance_keep_the_function(make):
     """`ordered_state` permutes every node's channels, most important first, and the network still computes the
     model's logits (writers and readers of a node permuted alike, a tied stream across all its blocks, a squeeze-and-
     excitation's fc1 inputs and fc2 outputs, a grouped convolution's groups whole, a flatten classifier's pool² inputs
-    per channel; a unit without BatchNorm by its filters, D54)."""
+    per channel; a unit without BatchNorm by its filters, D54); a node of one width keeps its order (D55)."""
     model = randomise(make(), seed=2).eval()
     traced = trace_space(model, (3, 40, 40))
     space, state = traced.space, trained_state(traced, model)
@@ -246,12 +247,15 @@ def test_channels_ordered_by_importance_keep_the_function(make):
     x = torch.randn(2, 3, 40, 40, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(net(x), model(x), rtol=1e-4, atol=1e-4)
-    moved = 0
+    moved, searched = 0, [node for node in range(1, space.n_nodes - 1) if len(space.choices[node]) > 1]
     for node in range(1, space.n_nodes - 1):
         score = channel_importance(space, ordered, node).view(-1, node_group_width(space, node)).sum(1)
+        if node not in searched:  # one width: kept as it is (a concatenation's operands, D55)
+            torch.testing.assert_close(score, channel_importance(space, state, node))  # its inputs' order moved
+            continue
         assert torch.all(score[:-1] >= score[1:]), node  # a grouped convolution's groups move whole (D49)
         moved += not torch.equal(score, channel_importance(space, state, node))
-    assert moved > space.n_nodes // 2  # the order changed, not only kept
+    assert moved > len(searched) // 2  # the order changed, not only kept
 
 
 def test_weights_file_is_checked_against_the_model(tmp_path):
@@ -362,6 +366,8 @@ def test_kind_parameters_are_checked():
 
     assert kind_of("conv:hardswish").act == "hardswish" and kind_of("conv").act is None
     assert kind_of("gconv:16").group_width() == 16 and kind_of("gconv:16:silu").act == "silu"
+    assert kind_of("linear:conv:relu").conv_act == "relu" and kind_of("cat:r").reverse
+    assert kind_of("maxpool:mp3s2p0c").pool == PoolShape(3, 2, 0, True) and kind_of("maxpool").pool == PoolShape()
     assert kind_of("se:24:relu:hardsigmoid").s == 24 and kind_of("linear:1024:hardswish").hidden == (1024,)
     head = kind_of("linear:pool7:4096:relu:4096:relu")
     assert (head.pool, head.hidden, head.acts) == (7, (4096, 4096), ("relu", "relu"))
@@ -373,9 +379,35 @@ def test_kind_parameters_are_checked():
                       ("conv:mp2s2p0", "takes, once each"), ("conv:p1:p2", "takes, once each"),
                       ("conv:bias:nobn", "takes, once each"), ("gconv:x", "group width"),
                       ("se:8:relu", "squeeze width"), ("linear:10", "hidden widths"), ("linear:pool", "pool<k>"),
+                      ("linear:conv", "after its convolution"), ("cat:x", "r \\(the shortcut"),
+                      ("maxpool:3", "mp<k>s<s>p<p>"),
                       ("nope:1", "unknown layer kind")]:
         with pytest.raises(ValueError, match=what):
             kind_of(bad)
+
+
+def test_a_concatenation_keeps_its_widths():
+    """Every node a concatenation reads or writes keeps its traced width, the 1×1 squeeze before it and a layer
+    inside a branch are searched, the branches join in the module's order (`cat:r` where the longer branch is the
+    second operand), and a space that searches a concatenated node is refused (D55)."""
+    from dataclasses import replace
+
+    from aows_core.space import check_blocks
+
+    space = trace_space(load_model(f"{USER}:fire_net", {"width": 32}), (1, 28, 28)).space
+    cats = [b for b in space.blocks if b.add >= 0]
+    assert [space.thetas[b.add].kind for b in cats] == ["cat", "cat:r", "cat"]
+    for b in cats:
+        ends = (space.edges[b.edges[-1]][1], space.edges[b.shortcut][1], b.dst)
+        assert all(len(space.choices[d]) == 1 for d in ends)
+        assert space.base[b.dst - 1] == space.base[ends[0] - 1] + space.base[ends[1] - 1]
+        assert len(space.choices[b.src]) > 1  # the squeeze
+    inner = space.edges[cats[1].edges[0]][1]
+    assert len(cats[1].edges) == 2 and len(space.choices[inner]) > 1
+    choices = list(space.choices)
+    choices[cats[0].dst] = (16, choices[cats[0].dst][0])
+    with pytest.raises(ValueError, match=f"block .* concatenates node {cats[0].dst}, whose width is searched"):
+        check_blocks(replace(space, choices=tuple(choices)))
 
 
 @pytest.mark.parametrize("n, k", [(7, 7), (14, 7), (1, 7), (11, 3), (6, 4), (3, 5)])
@@ -413,9 +445,10 @@ def test_max_pool_sizes_are_torchs(k, s, p, ceil):
                                   lambda: torchvision.models.regnet_y_400mf(num_classes=10),
                                   lambda: load_model("timm:regnety_004", {"num_classes": 10}),
                                   lambda: load_model(f"{EXAMPLE}:my_cnn", {"in_channels": 3}),
-                                  lambda: load_model(f"{USER}:plain_net", {"in_channels": 3})],
+                                  lambda: load_model(f"{USER}:plain_net", {"in_channels": 3}),
+                                  lambda: load_model(f"{USER}:fire_net", {"in_channels": 3, "width": 32})],
                          ids=["resnet18", "mobilenet_v3_small", "regnet_y_400mf", "timm_regnety_004", "example",
-                              "plain"])
+                              "plain", "fire"])
 def test_a_finalist_deploys_as_the_users_own_module(make):
     """`user_module`: the user's module at a configuration's widths — the same classes under the same names, fewer
     channels — holding the fixed network's weights, computes its logits (D49); MobileNet-v3's BatchNorms keep their
