@@ -111,8 +111,7 @@ class _Edge:
     where: str = ""
     owner: str = ""  # the module the layer belongs to: its nearest ancestor that is not a plain sequence
     act: str | None = None  # the activation after it (its kind's name follows once the space's is known, D49)
-    pool: int = 0  # the classifier's: its adaptive average pool's size (0: global)
-    hidden: list = field(default_factory=list)  # the classifier's hidden layers: (width, activation)
+    pool: int | None = 0  # a linear layer's pooling: 0 global, k adaptive to k×k, None flat features
 
 
 @dataclass
@@ -581,9 +580,9 @@ class _Reader:
         if not isinstance(v, _Pooled) or m.bias is None:
             raise TraceError(f"{_where(n)}: a Linear layer {'without a bias' if isinstance(v, _Pooled) else 'that does not read the globally pooled features'}; "
                              f"the classifier kind is global average pool, then Linear with bias")
-        if any(e.kind.startswith("linear") for e in self.edges):
-            raise TraceError(f"{_where(n)}: a second Linear layer; the classifier kind is one Linear layer, or two "
-                             f"with an activation between them")
+        if any(e.kind.startswith(("linear", "fc")) for e in self.edges):
+            raise TraceError(f"{_where(n)}: a Linear layer on pooled features after the classifier's; aows's "
+                             f"classifiers are Linear layers in sequence, activated between them")
         x = v.x
         if m.in_features != self.width[self.root(x.group)] * max(1, v.k) ** 2:
             raise TraceError(f"{_where(n)}: a Linear layer of {m.in_features} inputs on pooled features of "
@@ -591,21 +590,14 @@ class _Reader:
         return self.edge(_Edge(f"linear:pool{v.k}" if v.k else "linear", x.group, self.group(m.out_features), x.hw,
                                1, 1, (x.edge,), {"linear": path}, _where(n), pool=v.k))
 
-
     def head(self, n: Any, path: str, m: Any, v: "_Head") -> _Tensor:
-        """The classifier's next Linear layer after an activation: its last becomes a hidden layer,
-        `linear[:pool<k>]:<hidden>:<act>…` (D49, D54)."""
-        from .kinds.units import hidden_name
-
+        """A Linear layer after the classifier's and an activation: that layer becomes a hidden one, `fc`, whose
+        width is searched (D56), and this one the classifier, reading its flat output."""
         e = self.edges[v.x.edge]
-        e.hidden.append((self.width[e.dst], v.act))
-        last = e.modules.pop("out", None) or e.modules.pop("linear")
-        e.modules[hidden_name(len(e.hidden) - 1)] = last
-        e.modules["out"] = path
-        e.kind = ":".join(["linear", *([f"pool{e.pool}"] if e.pool else []),
-                           *(f"{h}:{a}" for h, a in e.hidden)])
-        e.dst = self.group(m.out_features)
-        return _Tensor(e.dst, v.x.hw, v.x.edge)
+        how = "" if e.pool is None else "gap:" if not e.pool else f"pool{e.pool}:"
+        e.kind = f"fc:{how}{v.act}"
+        return self.edge(_Edge("linear:flat", e.dst, self.group(m.out_features), (1, 1), 1, 1, (v.x.edge,),
+                               {"linear": path}, _where(n), pool=None))
 
 
 def _no_norm(u: _Unit) -> TraceError:
@@ -889,18 +881,22 @@ def read_weights(path: str | Path, model: Any) -> dict[str, Any]:
 
 def channel_importance(space: SearchSpace, state: Mapping[str, Any], node: int) -> Any:
     """Each channel of `node` scored by the layers that write it (the order a width's front slice keeps, §3's
-    slimmable networks; docs/method.md D48): the summed |γ| of their BatchNorms, a writer without one (D54) by the
-    mean |w| of its filters."""
+    slimmable networks; docs/method.md D48): the summed |γ| of their BatchNorms, a writer without one (a unit without
+    BN, D54; a hidden linear layer, D56) by the mean |w| of its filters or rows."""
     import torch
 
+    from .kinds import kind_of
+
     score = torch.zeros(space.base[node - 1])
-    for e, (_, d) in enumerate(space.edges):
+    for e, (s, d) in enumerate(space.edges):
         if d != node or e == space.n_edges - 1:
             continue
         if f"layers.{e}.bn.weight" in state:
             score += state[f"layers.{e}.bn.weight"].detach().abs().float()
-        elif f"layers.{e}.conv.bias" in state:  # a unit without BatchNorm
-            score += state[f"layers.{e}.conv.weight"].detach().abs().float().flatten(1).mean(1)
+            continue
+        writes = kind_of(space.thetas[e].kind).writes(f"layers.{e}") if s != d else ()
+        if writes and writes[0] in state:
+            score += state[writes[0]].detach().abs().float().flatten(1).mean(1)
     return score
 
 

@@ -6,7 +6,7 @@ supernet: its weight sliced to the pass's widths (depthwise: `groups` = its widt
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -73,27 +73,16 @@ class Excitation(nn.Module):
         return x * self.gate(self.fc2(self.act(self.fc1(x.mean((2, 3), keepdim=True)))))
 
 
-def hidden_name(i: int) -> str:
-    """The module name of a classifier's (i+1)-th hidden Linear layer: `hidden`, `hidden2`, … (D49)."""
-    return "hidden" if i == 0 else f"hidden{i + 1}"
+class Dense(nn.Linear):
+    """A hidden linear layer with bias on the features pooled by `pooled`, then its activation (`kinds.classifier`'s
+    `fc`, D56)."""
 
-
-class Head(nn.Module):
-    """A classifier of linear layers on pooled features: `out`(act(… act(`hidden`(x)))) (`kinds.classifier`, D49);
-    `c` the pooled features' length, `hidden` the hidden widths, `acts` their activations."""
-
-    def __init__(self, c: int, hidden: Sequence[int], classes: int, acts: Sequence[str], device=None):
-        super().__init__()
-        widths = [c, *hidden]
-        for i in range(len(hidden)):
-            self.add_module(hidden_name(i), nn.Linear(widths[i], widths[i + 1], device=device))
-        self.out = nn.Linear(widths[-1], classes, device=device)
-        self.acts = [ACTIVATION_FUNCTIONS[a] for a in acts]
+    def __init__(self, c: int, out: int, pooled: Callable[[torch.Tensor], torch.Tensor], act: str, device=None):
+        super().__init__(c, out, device=device)
+        self.pooled, self.act = pooled, ACTIVATION_FUNCTIONS[act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for i, act in enumerate(self.acts):
-            x = act(getattr(self, hidden_name(i))(x))
-        return self.out(x)
+        return self.act(super().forward(self.pooled(x)))
 
 
 class ConvHead(nn.Module):

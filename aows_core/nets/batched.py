@@ -133,7 +133,7 @@ def group_norm(z5: torch.Tensor, bn: nn.BatchNorm2d, mask: torch.Tensor | None, 
     z5 = at_least_float32(z5)
     G, n, C = z5.shape[:3]
     if bn is None:  # a unit without BatchNorm: no statistics, only the mask and the activation
-        out = z5 * mask.view(G, 1, C, 1, 1) if mask is not None else z5.clone()
+        out = z5 * mask.view(G, 1, C, *(1,) * (z5.dim() - 3)) if mask is not None else z5.clone()  # or a fc's
         return out.relu_() if act == "relu" else out.clamp_(0.0, 6.0) if act == "relu6" else out
     if mode == APPLY:
         mean, var = stats.pop(0)

@@ -105,7 +105,7 @@ class Supernet(nn.Module):
         in float32 under autocast (D29)."""
         B, C = z.shape[:2]
         if bn is None:  # a unit without BatchNorm: its conv's bias added, only masked
-            return self._act(z * m.to(z.dtype).view(B, C, 1, 1), act)
+            return self._act(z * m.to(z.dtype).view(B, C, *(1,) * (z.dim() - 2)), act)  # 4-d, or a hidden fc's 2-d
         if self.training:
             y = group_batch_norm(z, m, bn, self.bn_group, relu=act, update_stats=False)
             return y.clamp_max(6.0) if act and self.space.act == "relu6" else y

@@ -9,7 +9,7 @@ import torch
 import torchvision
 from torch import nn
 
-from aows_core.kinds.units import Excitation, Unit
+from aows_core.kinds.units import Dense, Excitation, Unit
 from aows_core.space import Stage, build_space, get_space
 from aows_core.tracing import load_model, trace_space
 
@@ -80,11 +80,10 @@ def randomise(model: nn.Module, seed: int = 0) -> nn.Module:
                 m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
             elif isinstance(m, Unit) and m.conv.bias is not None:  # a unit without BN or with its conv's own bias
                 m.conv.bias.copy_(0.3 * torch.randn(m.conv.bias.shape, generator=g))
-        head = getattr(model, "classifier", None)
-        if getattr(model, "space", None) is None or not isinstance(head, nn.Module):
+        if getattr(model, "space", None) is None:
             return model
-        linears = [m for m in head.modules() if isinstance(m, nn.Linear)]
-        for k, lin in enumerate(linears):  # variance-preserving through ReLUs: logits of order 1
-            gain = 1.0 if k == len(linears) - 1 else 2.0 ** 0.5
-            lin.weight.copy_(gain * torch.randn(lin.weight.shape, generator=g) / lin.weight.shape[1] ** 0.5)
+        for lin in model.modules():  # hidden layers (fc, D56) and the classifier: logits of order 1
+            if isinstance(lin, nn.Linear):
+                gain = 2.0 ** 0.5 if isinstance(lin, Dense) else 1.0  # variance-preserving through its ReLU
+                lin.weight.copy_(gain * torch.randn(lin.weight.shape, generator=g) / lin.weight.shape[1] ** 0.5)
     return model

@@ -368,9 +368,10 @@ def test_kind_parameters_are_checked():
     assert kind_of("gconv:16").group_width() == 16 and kind_of("gconv:16:silu").act == "silu"
     assert kind_of("linear:conv:relu").conv_act == "relu" and kind_of("cat:r").reverse
     assert kind_of("maxpool:mp3s2p0c").pool == PoolShape(3, 2, 0, True) and kind_of("maxpool").pool == PoolShape()
-    assert kind_of("se:24:relu:hardsigmoid").s == 24 and kind_of("linear:1024:hardswish").hidden == (1024,)
-    head = kind_of("linear:pool7:4096:relu:4096:relu")
-    assert (head.pool, head.hidden, head.acts) == (7, (4096, 4096), ("relu", "relu"))
+    assert kind_of("se:24:relu:hardsigmoid").s == 24
+    assert [(kind_of(k).pool, kind_of(k).act) for k in ("fc:gap:hardswish", "fc:pool7:relu", "fc:relu")] == \
+        [(0, "hardswish"), (7, "relu"), (None, "relu")]
+    assert (kind_of("linear").pool, kind_of("linear:pool7").pool, kind_of("linear:flat").pool) == (0, 7, None)
     alex = kind_of("convpool:p2:nobn:mp3s2p0")
     assert (alex.pad, alex.norm, alex.has_bias, alex.pool) == (2, False, True, PoolShape(3, 2, 0))
     vgg = kind_of("convpool:bias:mp2s2p0c:relu6")
@@ -378,8 +379,9 @@ def test_kind_parameters_are_checked():
     for bad, what in [("pconv:relu", "has no activation"), ("conv:gelu", "the unit's activation"),
                       ("conv:mp2s2p0", "takes, once each"), ("conv:p1:p2", "takes, once each"),
                       ("conv:bias:nobn", "takes, once each"), ("gconv:x", "group width"),
-                      ("se:8:relu", "squeeze width"), ("linear:10", "hidden widths"), ("linear:pool", "pool<k>"),
-                      ("linear:conv", "after its convolution"), ("cat:x", "r \\(the shortcut"),
+                      ("se:8:relu", "squeeze width"), ("linear:1024:hardswish", "flat, pool<k>"),
+                      ("linear:pool", "flat, pool<k>"), ("linear:conv", "conv:<activation>"),
+                      ("fc:gap", "its activation"), ("fc:pool:relu", "gap or pool<k>"), ("cat:x", "r \\(the shortcut"),
                       ("maxpool:3", "mp<k>s<s>p<p>"),
                       ("nope:1", "unknown layer kind")]:
         with pytest.raises(ValueError, match=what):
@@ -466,8 +468,11 @@ def test_a_finalist_deploys_as_the_users_own_module(make):
         assert set(mine.state_dict()) == set(model.state_dict())
         with torch.no_grad():
             torch.testing.assert_close(mine(x), net(x), rtol=1e-4, atol=1e-4)
-        widths = [m.out_channels for m in mine.modules() if isinstance(m, nn.Conv2d)]
-        assert widths != [m.out_channels for m in model.modules() if isinstance(m, nn.Conv2d)]
+        def widths(net: nn.Module) -> list[int]:
+            return [getattr(m, "out_channels", getattr(m, "out_features", 0)) for m in net.modules()
+                    if isinstance(m, (nn.Conv2d, nn.Linear))]
+
+        assert widths(mine) != widths(model)
 
 
 def test_a_space_too_wide_for_the_decoders_is_refused_naming_what_to_fix():
