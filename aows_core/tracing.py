@@ -173,7 +173,7 @@ class _Squeeze:
 
 @dataclass
 class _Head:
-    """The classifier's first Linear layer's output, activated: its second Linear layer comes next (D49)."""
+    """The classifier's Linear layer's output, activated: the next Linear layer makes it a hidden one (D56)."""
 
     x: _Tensor
     act: str
