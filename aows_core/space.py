@@ -409,7 +409,7 @@ def check_blocks(space: SearchSpace) -> None:
                              f"('linear') as its last edge and only there")
     node, seen = 0, []
     for j, b in enumerate(space.blocks):
-        if b.add >= 0 and space.thetas[b.add].kind.split(":")[0] == "cat":  # operands and result of one width
+        if b.add >= 0 and kind_of(space.thetas[b.add].kind).keeps_widths:  # operands and result of one width
             ends = (space.edges[b.edges[-1]][1], space.edges[b.shortcut][1] if b.shortcut >= 0 else b.src, b.dst)
             searched = [d for d in ends if len(space.choices[d]) > 1]
             if searched:

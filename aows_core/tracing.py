@@ -111,7 +111,6 @@ class _Edge:
     where: str = ""
     owner: str = ""  # the module the layer belongs to: its nearest ancestor that is not a plain sequence
     act: str | None = None  # the activation after it (its kind's name follows once the space's is known, D49)
-    pool: int | None = 0  # a linear layer's pooling: 0 global, k adaptive to k×k, None flat features
 
 
 @dataclass
@@ -588,16 +587,17 @@ class _Reader:
             raise TraceError(f"{_where(n)}: a Linear layer of {m.in_features} inputs on pooled features of "
                              f"{self.width[self.root(x.group)] * max(1, v.k) ** 2}")
         return self.edge(_Edge(f"linear:pool{v.k}" if v.k else "linear", x.group, self.group(m.out_features), x.hw,
-                               1, 1, (x.edge,), {"linear": path}, _where(n), pool=v.k))
+                               1, 1, (x.edge,), {"linear": path}, _where(n)))
 
     def head(self, n: Any, path: str, m: Any, v: "_Head") -> _Tensor:
         """A Linear layer after the classifier's and an activation: that layer becomes a hidden one, `fc`, whose
         width is searched (D56), and this one the classifier, reading its flat output."""
         e = self.edges[v.x.edge]
-        how = "" if e.pool is None else "gap:" if not e.pool else f"pool{e.pool}:"
+        pool = kind_of(e.kind).pool
+        how = "" if pool is None else "gap:" if not pool else f"pool{pool}:"
         e.kind = f"fc:{how}{v.act}"
         return self.edge(_Edge("linear:flat", e.dst, self.group(m.out_features), (1, 1), 1, 1, (v.x.edge,),
-                               {"linear": path}, _where(n), pool=None))
+                               {"linear": path}, _where(n)))
 
 
 def _no_norm(u: _Unit) -> TraceError:
@@ -885,8 +885,6 @@ def channel_importance(space: SearchSpace, state: Mapping[str, Any], node: int) 
     BN, D54; a hidden linear layer, D56) by the mean |w| of its filters or rows."""
     import torch
 
-    from .kinds import kind_of
-
     score = torch.zeros(space.base[node - 1])
     for e, (s, d) in enumerate(space.edges):
         if d != node or e == space.n_edges - 1:
@@ -902,8 +900,6 @@ def channel_importance(space: SearchSpace, state: Mapping[str, Any], node: int) 
 
 def node_group_width(space: SearchSpace, node: int) -> int:
     """The channels of `node` that move together: the least common multiple of its layers' group widths (D49)."""
-    from .kinds import kind_of
-
     return math.lcm(1, *(kind_of(t.kind).group_width() for t, (s, d) in zip(space.thetas, space.edges)
                          if node in (s, d)))
 

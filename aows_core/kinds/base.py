@@ -91,6 +91,8 @@ class LayerKind:
     one_width: ClassVar[bool] = False
     # The network's last layer: global pooling and the classifier (held as the network's `classifier`).
     classifier: ClassVar[bool] = False
+    # A join whose operands and result keep one width (a concatenation, D55): `space.check_blocks` refuses a searched one.
+    keeps_widths: ClassVar[bool] = False
     # The synthetic device's cost family (ms per MMAC and per layer), one of devices.synthetic.COST_FAMILIES.
     cost_family: ClassVar[str] = "conv"
 

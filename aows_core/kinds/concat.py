@@ -22,6 +22,7 @@ class Concat(Parameterless):
     """cat(main, shortcut) along channels (`cat:r`: cat(shortcut, main)), every width fixed."""
 
     name = "cat"
+    keeps_widths = True
     reverse = False
 
     def variant(self, args: Sequence[str]) -> LayerKind:

@@ -104,6 +104,7 @@ class Network(nn.Module):
         self.dropout = dropout(space)
         self.classifier = edge_module(space, space.n_edges - 1, full[space.edges[-1][0]], full[-1], bn, device)
         self.blocks = BlockPlan(space, self.layers)
+        self.pooled = kind_of(space.thetas[-1].kind).pooled
         if init:
             reset_parameters(self)
 
@@ -118,6 +119,7 @@ class Network(nn.Module):
         self.dropout = dropout(space)
         self.classifier = classifier
         self.blocks = BlockPlan(space, self.layers)
+        self.pooled = kind_of(space.thetas[-1].kind).pooled
         return self
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
@@ -126,7 +128,7 @@ class Network(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits: blocks, the classifier's pooling (global average, or to k×k and flattened), (dropout,) classifier."""
-        return self.classifier(self.dropout(kind_of(self.space.thetas[-1].kind).pooled(self.features(x))))
+        return self.classifier(self.dropout(self.pooled(self.features(x))))
 
 
 @torch.no_grad()
