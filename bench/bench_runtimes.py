@@ -4,8 +4,9 @@ For each device variant — torch-cpu, ONNX Runtime and OpenVINO in this process
 through the timing worker started by a command prefix (`remote: env …`: a plain subprocess, the channel a device
 reached by `ssh` uses) — it runs the real stages on the default space: `profile` (the default protocol),
 `fit-lut`, `validate-lut`, and reports σ_n, held-out NRMSE, the share within ±10 %, Kendall τ and the profiling wall
-time. Sessions go round-robin over the variants (`--sessions` rounds), so the machine's drift hits every variant
-alike; the summary gives each variant's median and [min, max] over its sessions.
+time. Sessions go round-robin over the variants (`--sessions` rounds), each round starting one variant later, so the
+machine's drift and a session's place in its round hit every variant alike; the summary gives each variant's median
+and [min, max] over its sessions.
 
     PYTHONPATH=. python bench/bench_runtimes.py --sessions 2
     PYTHONPATH=. python bench/bench_runtimes.py --ssh "ssh -p 2222 127.0.0.1" --variants onnxruntime onnxruntime-ssh
@@ -73,7 +74,8 @@ def main() -> None:
         d = Path(d)
         sample.run(cfg, {}, {"out": d / "configs.parquet"})
         for k in range(args.sessions):
-            for variant in args.variants:
+            n = len(args.variants)
+            for variant in args.variants[k % n:] + args.variants[:k % n]:  # each round starts one variant later
                 rows.append(session(cfg, variant, d, k))
                 r = rows[-1]
                 print(f"  session {k} {variant}: σ_n {100 * r['sigma_n']:.2f} %, NRMSE {100 * r['nrmse']:.2f} %, "
