@@ -493,7 +493,7 @@ class Stage:
 class SpaceParams:
     """What a space's stages are built at (§7, D44): the input (resolution, channels) and classes, a multiplier of the
     base widths, the stem's stride (None: the first stage's own) and `n_choices` width multipliers evenly spaced in
-    [min_mult, max_mult], rounded to multiples of `divisor`; `act` the activation."""
+    [min_mult, max_mult], rounded to multiples of `divisor`; `act` the activation; `dropout` the classifier's (D57)."""
 
     resolution: int | tuple[int, int] = 224
     in_channels: int = 3
@@ -505,6 +505,7 @@ class SpaceParams:
     max_mult: float = 1.5
     divisor: int = 8
     act: str = "relu"
+    dropout: float = 0.0
 
 
 class _SpaceBuilder:
@@ -604,7 +605,7 @@ class _SpaceBuilder:
         classes = len(self.choices)
         self.choices.append((self.p.num_classes,))
         self.base.append(self.p.num_classes)
-        e = self.edge("linear", 1, 1, self.cur, classes, self.hw)
+        e = self.edge(f"linear:d{self.p.dropout:g}" if self.p.dropout else "linear", 1, 1, self.cur, classes, self.hw)
         self.blocks.append(Block("classifier", self.cur, classes, -1, 1, (e,)))
         chain = all(d == s + 1 for s, d in self.edges) and len(self.edges) == len(self.choices) - 1
         return SearchSpace(name, tuple(self.choices), tuple(self.thetas), tuple(self.base),
@@ -691,9 +692,10 @@ PRESETS: dict[str, dict | Callable[..., SearchSpace]] = {
     # latency still spans > 3× on a CPU at batch 1 and whose supernet ranks widths within minutes.
     "mobilenet_v1_fmnist": dict(stages=MOBILENET_V1, resolution=28, in_channels=1, num_classes=10, first_stride=2,
                                 n_choices=6),
-    "mobilenet_v2_imagenet": dict(stages=MOBILENET_V2, resolution=224, in_channels=3, num_classes=1000, act="relu6"),
+    "mobilenet_v2_imagenet": dict(stages=MOBILENET_V2, resolution=224, in_channels=3, num_classes=1000, act="relu6",
+                                  dropout=0.2),
     "mobilenet_v2_fmnist": dict(stages=MOBILENET_V2_FMNIST, resolution=28, in_channels=1, num_classes=10,
-                                n_choices=6, act="relu6"),
+                                n_choices=6, act="relu6", dropout=0.2),
     "resnet18_imagenet": dict(stages=RESNET18, resolution=224, in_channels=3, num_classes=1000),
     "resnet50_imagenet": dict(stages=RESNET50, resolution=224, in_channels=3, num_classes=1000),
     "resnet_fmnist": dict(stages=RESNET_FMNIST, resolution=28, in_channels=1, num_classes=10, n_choices=6),

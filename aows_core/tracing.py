@@ -332,7 +332,9 @@ class _Reader:
         e = self.edges[v.x.edge]
         if e.kind != "conv:nobn" or e.kernel != 1 or e.stride != 1 or e.act is None:
             return v
-        e.kind, e.modules, e.act = f"linear:conv:{e.act}", {"conv": e.modules["conv"]}, None
+        conv = next(n for n in self.gm.graph.nodes if n.op == "call_module" and n.target == e.modules["conv"])
+        e.kind = _with_dropout(f"linear:conv:{e.act}", self.dropout_into(conv))
+        e.modules, e.act = {"conv": e.modules["conv"]}, None
         return _Tensor(e.dst, (1, 1), v.x.edge)
 
     def node(self, n: Any) -> Any:
@@ -586,18 +588,38 @@ class _Reader:
         if m.in_features != self.width[self.root(x.group)] * max(1, v.k) ** 2:
             raise TraceError(f"{_where(n)}: a Linear layer of {m.in_features} inputs on pooled features of "
                              f"{self.width[self.root(x.group)] * max(1, v.k) ** 2}")
-        return self.edge(_Edge(f"linear:pool{v.k}" if v.k else "linear", x.group, self.group(m.out_features), x.hw,
-                               1, 1, (x.edge,), {"linear": path}, _where(n)))
+        kind = _with_dropout(f"linear:pool{v.k}" if v.k else "linear", self.dropout_into(n))
+        return self.edge(_Edge(kind, x.group, self.group(m.out_features), x.hw, 1, 1, (x.edge,), {"linear": path},
+                               _where(n)))
+
+    def dropout_into(self, n: Any) -> float:
+        """p of the Dropout (module or function) that writes node n's input; 0 if another node writes it (D57)."""
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+
+        x = n.args[0] if n.args else None
+        if getattr(x, "op", None) == "call_module" and isinstance(self.mods.get(x.target), nn.Dropout):
+            return float(self.mods[x.target].p)
+        if getattr(x, "op", None) == "call_function" and x.target in (F.dropout, torch.dropout):
+            p = x.args[1] if len(x.args) > 1 else x.kwargs.get("p", 0.5)
+            return float(p)
+        return 0.0
 
     def head(self, n: Any, path: str, m: Any, v: "_Head") -> _Tensor:
         """A Linear layer after the classifier's and an activation: that layer becomes a hidden one, `fc`, whose
         width is searched (D56), and this one the classifier, reading its flat output."""
         e = self.edges[v.x.edge]
-        pool = kind_of(e.kind).pool
-        how = "" if pool is None else "gap:" if not pool else f"pool{pool}:"
-        e.kind = f"fc:{how}{v.act}"
-        return self.edge(_Edge("linear:flat", e.dst, self.group(m.out_features), (1, 1), 1, 1, (v.x.edge,),
-                               {"linear": path}, _where(n)))
+        kind = kind_of(e.kind)
+        how = "" if kind.pool is None else "gap:" if not kind.pool else f"pool{kind.pool}:"
+        e.kind = _with_dropout(f"fc:{how}{v.act}", kind.dropout)
+        return self.edge(_Edge(_with_dropout("linear:flat", self.dropout_into(n)), e.dst, self.group(m.out_features),
+                               (1, 1), 1, 1, (v.x.edge,), {"linear": path}, _where(n)))
+
+
+def _with_dropout(kind: str, p: float) -> str:
+    """`kind` with the dropout on its input, `d<p>` last (D57)."""
+    return f"{kind}:d{p:g}" if p else kind
 
 
 def _no_norm(u: _Unit) -> TraceError:

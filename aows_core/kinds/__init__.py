@@ -3,7 +3,7 @@
 `kind_of(t.kind)` answers for a layer: its latency variable, output size, MACs, parameters, memory traffic, its
 torch module, its supernet forward and its ONNX nodes. Built in: conv, convpool, pconv, dw, dwsep, gconv (`conv`),
 se (`excitation`), add, sum (`residual`), cat, maxpool (`concat`), linear (`classifier`); a kind's parameters follow its name (`conv:silu`,
-`gconv:16`, `se:16:relu:sigmoid`; D49; `convpool:p2:nobn:mp3s2p0`, `linear:pool7`; D54; `fc:pool7:relu`; D56). A new kind is one class registered with `register`. Imports no torch.
+`gconv:16`, `se:16:relu:sigmoid`; D49; `convpool:p2:nobn:mp3s2p0`, `linear:pool7`; D54; `fc:pool7:relu`; D56; `linear:flat:d0.5`; D57). A new kind is one class registered with `register`. Imports no torch.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ the global average pool (SqueezeNet's; D55).
 `fc` is a hidden linear layer with bias and its activation, c_in → c_out, its width a node of the space like any
 other (D56): the first after the features pools them as `linear` does (`fc:gap:hardswish`, MobileNet-v3's;
 `fc:pool7:relu`, VGG's), later ones read flat features (`fc:relu`).
+
+Either takes `d<p>` last: Dropout(p) on its input while a fixed network trains (`linear:flat:d0.5`, VGG's; D57).
+The supernet and every timed or exported network have none (it changes no eval output).
 """
 
 from __future__ import annotations
@@ -17,6 +20,20 @@ import copy
 from typing import Any, Callable, Sequence
 
 from .base import UNIT_ACTIVATIONS, LayerKind, Pass, register
+
+
+def _dropout(args: Sequence[str]) -> tuple[float, list[str]]:
+    """(p, the other tokens) of a kind's parameters ending in `d<p>`, 0 < p < 1 (Dropout(p) on the layer's input)."""
+    args = list(args)
+    if args and args[-1][:1] == "d" and args[-1] != "d":
+        try:
+            p = float(args[-1][1:])
+        except ValueError:
+            return 0.0, args
+        if not 0 < p < 1:
+            raise ValueError(f"a layer's dropout d<p> takes 0 < p < 1, got {args[-1]!r}")
+        return p, args[:-1]
+    return 0.0, args
 
 
 def _pooling(token: str) -> int | None:
@@ -32,6 +49,7 @@ class _Pooling(LayerKind):
     """A linear layer on the features: pooled as `pool` says (None: already flat)."""
 
     cost_family = "linear"
+    dropout = 0.0  # Dropout(p) on the layer's input while a fixed network trains (D57)
     pool: int | None = 0  # None: flat features; 0: global average pool; k: adaptive average pool to k×k, flattened
 
     def features(self, c: int) -> int:
@@ -78,7 +96,10 @@ class Classifier(_Pooling):
 
     def variant(self, args: Sequence[str]) -> LayerKind:
         v = copy.copy(self)
-        if len(args) == 2 and args[0] == "conv" and args[1] in UNIT_ACTIVATIONS:
+        v.dropout, args = _dropout(args)
+        if not args:
+            pass
+        elif len(args) == 2 and args[0] == "conv" and args[1] in UNIT_ACTIVATIONS:
             v.conv_act, v.pool = args[1], 0
         elif len(args) == 1 and args[0] == "flat":
             v.pool = None
@@ -86,7 +107,7 @@ class Classifier(_Pooling):
             v.pool = _pooling(args[0])
         else:
             raise ValueError(f"layer kind 'linear' takes one of: flat, pool<k>, conv:<activation> "
-                             f"{UNIT_ACTIVATIONS}; got {':'.join(args)!r}")
+                             f"{UNIT_ACTIVATIONS}, then optionally d<p> (dropout); got {':'.join(args)!r}")
         return v
 
     def pooled(self, x: Any) -> Any:
@@ -153,10 +174,12 @@ class FullyConnected(_Pooling):
 
     def variant(self, args: Sequence[str]) -> LayerKind:
         v = copy.copy(self)
+        v.dropout, args = _dropout(args)
         v.pool = _pooling(args[0]) if len(args) == 2 else None
         if len(args) not in (1, 2) or args[-1] not in UNIT_ACTIVATIONS or (len(args) == 2 and v.pool is None):
-            raise ValueError(f"layer kind 'fc' takes how it pools (gap or pool<k>; none: flat features) and its "
-                             f"activation {UNIT_ACTIVATIONS} ('fc:gap:hardswish', 'fc:relu'), got {':'.join(args)!r}")
+            raise ValueError(f"layer kind 'fc' takes how it pools (gap or pool<k>; none: flat features), its "
+                             f"activation {UNIT_ACTIVATIONS} and optionally d<p> (dropout) ('fc:gap:hardswish', "
+                             f"'fc:relu:d0.5'), got {':'.join(args)!r}")
         v.act = args[-1]
         return v
 
@@ -179,7 +202,7 @@ class FullyConnected(_Pooling):
                device: Any = None) -> Any:
         from .units import Dense
 
-        return Dense(self.features(c_in), c_out, self.pooled, self.act, device)
+        return Dense(self.features(c_in), c_out, self.pooled, self.act, self.dropout, device)
 
     def forward(self, mod: Any, xs: Sequence[Any], src: int, dst: int, p: Pass) -> Any:
         import torch.nn.functional as F

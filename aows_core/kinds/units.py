@@ -74,15 +74,17 @@ class Excitation(nn.Module):
 
 
 class Dense(nn.Linear):
-    """A hidden linear layer with bias on the features pooled by `pooled`, then its activation (`kinds.classifier`'s
-    `fc`, D56)."""
+    """A hidden linear layer with bias on the features pooled by `pooled` (Dropout(`dropout`) on them while training,
+    D57), then its activation (`kinds.classifier`'s `fc`, D56)."""
 
-    def __init__(self, c: int, out: int, pooled: Callable[[torch.Tensor], torch.Tensor], act: str, device=None):
+    def __init__(self, c: int, out: int, pooled: Callable[[torch.Tensor], torch.Tensor], act: str,
+                 dropout: float = 0.0, device=None):
         super().__init__(c, out, device=device)
         self.pooled, self.act = pooled, ACTIVATION_FUNCTIONS[act]
+        self.drop = nn.Dropout(dropout) if dropout else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(super().forward(self.pooled(x)))
+        return self.act(super().forward(self.drop(self.pooled(x))))
 
 
 class ConvHead(nn.Module):

@@ -4,8 +4,8 @@ and cheap timing copies.
 `Network(space, channels)` holds one module per edge, built by the edge's layer kind (`aows_core.kinds`):
 ``layers.{e}`` for every edge but the last, ``classifier`` for the last (global average pool and a linear layer).
 It runs block by block (`BlockPlan`): y = main(x), then, where the block has a residual add, add(y, shortcut(x))
-(the identity without a projection). MobileNet-v2's Dropout(0.2) before the classifier is kept in a "relu6" space
-(it changes no eval output); the supernet has none. At `space.base_config` of the imagenet presets the network is
+(the identity without a projection). The classifier's dropout (its kind's `d<p>`, D57: MobileNet-v2's 0.2) runs
+before it while training (it changes no eval output); the supernet has none. At `space.base_config` of the imagenet presets the network is
 torchvision's `mobilenet_v2()`, `resnet18()`, `resnet50()` layer for layer (tests/nets/test_network.py).
 `bn=False` is the deployment form, BN folded into conv biases (`folded_state`, `fold`): what is timed and
 exported. `TimingFactory` builds deployment-form networks cheaply for profiling: weights are non-overlapping views
@@ -47,8 +47,19 @@ def classifier_width(space: SearchSpace, channels: Sequence[int]) -> int:
 
 
 def dropout(space: SearchSpace) -> nn.Module:
-    """torchvision's MobileNet-v2 Dropout(0.2) before the classifier in a "relu6" space; nothing otherwise."""
-    return nn.Dropout(0.2) if space.act == "relu6" else nn.Identity()
+    """The Dropout before the classifier its kind names (`linear:…:d<p>`, D57); nothing without one."""
+    p = kind_of(space.thetas[-1].kind).dropout
+    return nn.Dropout(p) if p else nn.Identity()
+
+
+def without_dropout(m: nn.Module) -> nn.Module:
+    """m with every Dropout its kinds built replaced by the identity, in place: the supernet has none (D57)."""
+    for name, child in m.named_children():
+        if isinstance(child, nn.Dropout):
+            setattr(m, name, nn.Identity())
+        else:
+            without_dropout(child)
+    return m
 
 
 def leaves(m: nn.Module) -> list[nn.Module]:

@@ -27,7 +27,7 @@ from torch import nn
 from ..kinds import Pass, kind_of
 from ..space import SearchSpace, check_blocks
 from .batchnorm import at_least_float32, group_batch_norm
-from .network import BlockPlan, Network, edge_module, edge_modules, reset_parameters
+from .network import BlockPlan, Network, edge_module, edge_modules, reset_parameters, without_dropout
 from .widths import DeviceWidths
 
 
@@ -42,7 +42,7 @@ class Supernet(nn.Module):
         self.space = space
         self.channels_last = bool(channels_last)
         full = space.full(space.max_config)
-        self.layers = nn.ModuleList(edge_modules(space, full, True, device))
+        self.layers = without_dropout(nn.ModuleList(edge_modules(space, full, True, device)))
         self.classifier = edge_module(space, space.n_edges - 1, full[space.edges[-1][0]], full[-1], True, device)
         self.blocks = BlockPlan(space, self.layers)
         reset_parameters(self)  # the same initialisation as the fixed networks

@@ -140,16 +140,17 @@ def test_sandwich_step_trains_a_residual_supernet():
 
 
 def no_dropout(net: Network) -> Network:
-    """The fixed network without MobileNet-v2's dropout (the supernet has none)."""
-    net.dropout = nn.Identity()
+    """The fixed network without its kinds' dropout (MobileNet-v2's, a traced head's; the supernet has none)."""
+    for m in net.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
     return net
 
 
 def recalibrated_reference(sup: Supernet, ch, cal, x) -> torch.Tensor:
     """The scorer's definition by hand: the fixed network, one train-mode pass on the calibration images with
     momentum 1 (running statistics = their batch statistics, unbiased variance), then eval on x."""
-    net = sup.subnet(ch)
-    net.dropout = nn.Identity()
+    net = no_dropout(sup.subnet(ch))
     for m in net.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.momentum = 1.0

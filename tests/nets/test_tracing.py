@@ -95,6 +95,42 @@ def test_widest_network_is_the_model_with_its_weights(make):
         torch.testing.assert_close(fold(net)(x), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("make, kinds", [
+    (lambda: load_model(f"{USER}:plain_net", {"in_channels": 3}), ["fc:pool3:relu:d0.5", "fc:relu:d0.5", "linear:flat"]),
+    (lambda: load_model(f"{USER}:fire_net", {"in_channels": 3, "width": 32}), ["linear:conv:relu:d0.5"]),
+    (lambda: load_model(f"{EXAMPLE}:my_cnn", {"in_channels": 3}), ["linear:d0.2"]),
+    (lambda: torchvision.models.mobilenet_v2(num_classes=10), ["linear:d0.2"])],
+    ids=["plain", "fire", "example", "mobilenet_v2"])
+def test_dropout_is_the_models(make, kinds):
+    """A Dropout before a Linear layer or a convolutional classifier is the layer kind's `d<p>` (D57): the fixed
+    network at the traced widths, training, draws the model's dropout masks from the same generator state and so
+    computes the model's training-mode logits."""
+    model = randomise(make(), seed=1)
+    traced = trace_space(model, (3, 48, 48))
+    space = traced.space
+    assert [t.kind for t in space.thetas if t.kind.startswith(("fc", "linear"))] == kinds
+    net = Network(space, space.base_config)
+    net.load_state_dict(trained_state(traced, model))
+    x = torch.randn(4, 3, 48, 48, generator=torch.Generator().manual_seed(0))
+    outs = []
+    for m in (model.train(), net.train()):
+        torch.manual_seed(3)
+        with torch.no_grad():
+            outs.append(m(x))
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-4)
+    with torch.no_grad():  # and the masks are drawn: another generator state gives other logits
+        assert not torch.allclose(net(x), outs[0], rtol=1e-3, atol=1e-3)
+
+
+def test_presets_keep_their_dropout():
+    """MobileNet-v2's presets carry torchvision's Dropout(0.2) before the classifier in their classifier kind (D57),
+    the MobileNet-v1 default none."""
+    for preset, want in (("mobilenet_v2_fmnist", 0.2), ("mobilenet_v2_imagenet", 0.2), ("mobilenet_v1_fmnist", 0)):
+        space = get_space(preset)
+        drop = Network(space, space.base_config).dropout
+        assert (drop.p if isinstance(drop, nn.Dropout) else 0) == want
+
+
 def _our_groups(traced) -> set[frozenset[str]]:
     """Per searched node, the convolutions whose output channels it holds."""
     space, out = traced.space, {}
@@ -372,6 +408,9 @@ def test_kind_parameters_are_checked():
     assert [(kind_of(k).pool, kind_of(k).act) for k in ("fc:gap:hardswish", "fc:pool7:relu", "fc:relu")] == \
         [(0, "hardswish"), (7, "relu"), (None, "relu")]
     assert (kind_of("linear").pool, kind_of("linear:pool7").pool, kind_of("linear:flat").pool) == (0, 7, None)
+    drops = [kind_of(k) for k in ("linear:d0.2", "linear:flat:d0.5", "linear:conv:relu:d0.5", "fc:pool7:relu:d0.5")]
+    assert [(k.dropout, k.pool) for k in drops] == [(0.2, 0), (0.5, None), (0.5, 0), (0.5, 7)]
+    assert kind_of("linear").dropout == kind_of("fc:relu").dropout == 0
     alex = kind_of("convpool:p2:nobn:mp3s2p0")
     assert (alex.pad, alex.norm, alex.has_bias, alex.pool) == (2, False, True, PoolShape(3, 2, 0))
     vgg = kind_of("convpool:bias:mp2s2p0c:relu6")
@@ -382,7 +421,8 @@ def test_kind_parameters_are_checked():
                       ("se:8:relu", "squeeze width"), ("linear:1024:hardswish", "flat, pool<k>"),
                       ("linear:pool", "flat, pool<k>"), ("linear:conv", "conv:<activation>"),
                       ("fc:gap", "its activation"), ("fc:pool:relu", "gap or pool<k>"), ("cat:x", "r \\(the shortcut"),
-                      ("maxpool:3", "mp<k>s<s>p<p>"),
+                      ("maxpool:3", "mp<k>s<s>p<p>"), ("linear:d1.5", "0 < p < 1"), ("fc:relu:d0", "0 < p < 1"),
+                      ("linear:d0.2:flat", "flat, pool<k>"),
                       ("nope:1", "unknown layer kind")]:
         with pytest.raises(ValueError, match=what):
             kind_of(bad)
