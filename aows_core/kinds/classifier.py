@@ -97,15 +97,13 @@ class Classifier(_Pooling):
     def variant(self, args: Sequence[str]) -> LayerKind:
         v = copy.copy(self)
         v.dropout, args = _dropout(args)
-        if not args:
-            pass
-        elif len(args) == 2 and args[0] == "conv" and args[1] in UNIT_ACTIVATIONS:
+        if len(args) == 2 and args[0] == "conv" and args[1] in UNIT_ACTIVATIONS:
             v.conv_act, v.pool = args[1], 0
-        elif len(args) == 1 and args[0] == "flat":
+        elif args == ["flat"]:
             v.pool = None
         elif len(args) == 1 and _pooling(args[0]):
             v.pool = _pooling(args[0])
-        else:
+        elif args:
             raise ValueError(f"layer kind 'linear' takes one of: flat, pool<k>, conv:<activation> "
                              f"{UNIT_ACTIVATIONS}, then optionally d<p> (dropout); got {':'.join(args)!r}")
         return v
