@@ -132,22 +132,22 @@ def group_norm(z5: torch.Tensor, bn: nn.BatchNorm2d, mask: torch.Tensor | None, 
     popped from the front of `stats`."""
     z5 = at_least_float32(z5)
     G, n, C = z5.shape[:3]
-    if bn is None:  # a unit without BatchNorm: no statistics, only the mask and the activation
-        out = z5 * mask.view(G, 1, C, *(1,) * (z5.dim() - 3)) if mask is not None else z5.clone()  # or a fc's
-        return out.relu_() if act == "relu" else out.clamp_(0.0, 6.0) if act == "relu6" else out
-    if mode == APPLY:
-        mean, var = stats.pop(0)
+    if bn is None:  # a unit without BatchNorm: no statistics, only the mask (on 5-d maps, or a hidden fc's 3-d)
+        out = z5 * mask.view(G, 1, C, *(1,) * (z5.dim() - 3)) if mask is not None else z5.clone()
     else:
-        var, mean = torch.var_mean(z5, dim=(1, 3, 4), correction=0)
-        if mode == CALIBRATE:
-            k = n * z5.shape[3] * z5.shape[4]
-            stats.append((mean, var * (k / (k - 1))))
-    scale = bn.weight[:C] * torch.rsqrt(var + bn.eps)
-    shift = bn.bias[:C] - mean * scale
-    if mask is not None:  # 0·z + 0 = 0: masked channels are exact zeros
-        scale, shift = scale * mask, shift * mask
-    out = torch.empty_like(z5)  # keeps z5's strides (channels_last)
-    torch.addcmul(shift.view(G, 1, C, 1, 1), z5, scale.view(G, 1, C, 1, 1), out=out)
+        if mode == APPLY:
+            mean, var = stats.pop(0)
+        else:
+            var, mean = torch.var_mean(z5, dim=(1, 3, 4), correction=0)
+            if mode == CALIBRATE:
+                k = n * z5.shape[3] * z5.shape[4]
+                stats.append((mean, var * (k / (k - 1))))
+        scale = bn.weight[:C] * torch.rsqrt(var + bn.eps)
+        shift = bn.bias[:C] - mean * scale
+        if mask is not None:  # 0·z + 0 = 0: masked channels are exact zeros
+            scale, shift = scale * mask, shift * mask
+        out = torch.empty_like(z5)  # keeps z5's strides (channels_last)
+        torch.addcmul(shift.view(G, 1, C, 1, 1), z5, scale.view(G, 1, C, 1, 1), out=out)
     if act == "relu":
         out.relu_()
     elif act == "relu6":

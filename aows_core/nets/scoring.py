@@ -186,9 +186,7 @@ def _normalise(net, z: torch.Tensor, bn, mean: torch.Tensor, var: torch.Tensor, 
     """BN of z's channels with the given statistics and the first affine parameters of `bn` (None: none, z as it
     is), then the space's activation (in place where the normalised tensor is fresh)."""
     o = z.shape[1]
-    if bn is None:
-        return F.relu(z) if net.space.act == "relu" and act else F.relu6(z) if act else z
-    y = F.batch_norm(z, mean, var, bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps)
+    y = z if bn is None else F.batch_norm(z, mean, var, bn.weight[:o], bn.bias[:o], False, 0.0, bn.eps)
     if not act:
         return y
     return y.relu_() if net.space.act == "relu" else y.clamp_(0.0, 6.0)
